@@ -136,16 +136,25 @@ func drainDeadlineError(after time.Duration, arrived, expected int64) error {
 	return fmt.Errorf("drain deadline (%s) expired with %d of %d messages done", after.Round(time.Second), arrived, expected)
 }
 
+// backlogQueue is the scenario's queue, preloaded with partitions × perPartition
+// messages (preloadID) and checkpointed, and how many messages it holds.
+func (h *harness) backlogQueue(ctx context.Context, name string, partitions, perPartition int) (q string, total int64, err error) {
+	q = h.queue(name)
+	if err := h.preload(ctx, q, partitions, perPartition); err != nil {
+		return "", 0, err
+	}
+	h.settle(ctx)
+	return q, int64(partitions * perPartition), nil
+}
+
 // consumeScenario preloads a backlog and drains it with consumers per group
 // (queue mode when groups is 0), checking every message arrives once per group.
 func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partitions, perPartition int) (Result, error) {
-	q := h.queue(name)
 	ctx := context.Background()
-	if err := h.preload(ctx, q, partitions, perPartition); err != nil {
+	q, total, err := h.backlogQueue(ctx, name, partitions, perPartition)
+	if err != nil {
 		return Result{}, err
 	}
-	h.settle(ctx)
-	total := int64(partitions * perPartition)
 	names := []string{""}
 	if groups > 0 {
 		names = names[:0]

@@ -20,13 +20,11 @@ import (
 // handled messages; the window ends once every consumer stopped and sent its
 // last ack.
 func (h *harness) sdkConsumeScenario(name string, consumers, partitions, perPartition int) (Result, error) {
-	q := h.queue(name)
 	ctx := context.Background()
-	if err := h.preload(ctx, q, partitions, perPartition); err != nil {
+	q, total, err := h.backlogQueue(ctx, name, partitions, perPartition)
+	if err != nil {
 		return Result{}, err
 	}
-	h.settle(ctx)
-	total := int64(partitions * perPartition)
 	seen := newTally(int(total))
 	expectPreload(seen, partitions, perPartition)
 	// The SDK logs a warning per failed call; an error fails the scenario instead.

@@ -7,7 +7,7 @@ import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
 import { parseLossless, stringifyLossless } from "./losslessjson.js";
 import type { Log } from "./log.js";
-import { CutFetch, appDispatcherInstalled, nodeHttpReachable, type CutAttempt, type FetchAnswer, type PopCut } from "./popcut.js";
+import { NodeHttpFetch, appDispatcherInstalled, nodeHttpReachable, type CutAttempt, type FetchAnswer, type PopCut } from "./popcut.js";
 
 /** DOT_SEGMENT is a path segment a URL parser removes with what it names ("%2e" counts as a dot). */
 const DOT_SEGMENT = /^(\.|%2e){1,2}$/i;
@@ -126,7 +126,7 @@ export class Transport {
   private readonly unhealthyUntil = new Map<string, number>();
   private readonly fetchImpl: typeof fetch;
   /**
-   * cutFetch makes the requests the SDK's own fetch would make, over node:http (popcut.ts), which
+   * nodeHttpFetch makes the requests the SDK's own fetch would make, over node:http (popcut.ts), which
    * names a request's socket (a loop's pop is half-closed at a stop through it) and costs far
    * less: Node 20's fetch spent about four times its CPU on a request (590 against 146 µs a
    * one-message push, 8 at a time). Undefined on a caller's fetch or outside Node; unused while
@@ -134,7 +134,7 @@ export class Transport {
    * and for a write that is not idempotent, whose failure needs undici's report of whether its
    * head left (AttemptTrace).
    */
-  private readonly cutFetch: CutFetch | undefined;
+  private readonly nodeHttpFetch: NodeHttpFetch | undefined;
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly opts: Omit<TransportOptions, "bearerToken">;
@@ -155,7 +155,7 @@ export class Transport {
     for (const [name, value] of Object.entries(opts.headers ?? {})) this.baseHeaders[name.toLowerCase()] = value;
     this.urls = opts.urls.map((u) => u.replace(/\/+$/, ""));
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
-    this.cutFetch = opts.fetch === undefined && nodeHttpReachable() ? new CutFetch() : undefined;
+    this.nodeHttpFetch = opts.fetch === undefined && nodeHttpReachable() ? new NodeHttpFetch() : undefined;
     this.now = opts.now ?? Date.now;
     this.random = opts.random ?? Math.random;
   }
@@ -221,14 +221,14 @@ export class Transport {
       let res: FetchAnswer | undefined;
       let text: string | undefined;
       let netErr: unknown;
-      const trace: AttemptTrace = { created: false, sent: false };
+      const trace: AttemptTrace = { created: false, sent: false }; // filled by undici on the fetch path
       const init = { method: req.method, headers, body: payload ?? null, signal: ctl.signal };
       const cutAttempt: CutAttempt = { abort: (reason) => ctl.abort(reason) };
       const leaveCut = cut?.enter(cutAttempt);
       try {
         res =
-          this.cutFetch && req.notIdempotent !== true && !appDispatcherInstalled()
-            ? await this.cutFetch.fetch(full, init, (socket) => cut?.onConnection(cutAttempt, socket))
+          this.nodeHttpFetch && req.notIdempotent !== true && !appDispatcherInstalled()
+            ? await this.nodeHttpFetch.fetch(full, init, (socket) => cut?.onConnection(cutAttempt, socket))
             : await attemptScope.run(trace, () => this.fetchImpl(full, init));
         if (res.status !== 204) text = await res.text();
       } catch (err) {

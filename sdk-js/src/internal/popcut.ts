@@ -102,8 +102,8 @@ export function appDispatcherInstalled(): boolean {
   return current.some((d, i) => d !== nodeDefaultDispatchers[i]);
 }
 
-/** CutFetchInit is the part of a fetch's init the transport sends. */
-export interface CutFetchInit {
+/** NodeHttpFetchInit is the part of a fetch's init the transport sends. */
+export interface NodeHttpFetchInit {
   method: string;
   headers: Record<string, string>;
   body: string | null;
@@ -113,14 +113,14 @@ export interface CutFetchInit {
 /** IDLE_CONNECTION_MILLIS is how long an idle connection is kept for the next pop: the global fetch's (undici's) keep-alive timeout, well inside servers' and proxies' idle timeouts, so a pop rarely meets a connection the other side just closed. */
 const IDLE_CONNECTION_MILLIS = 4000;
 
-/** CutFetch makes the SDK's requests over node:http, whose request names its socket (the global fetch hides it) so a loop's pop can be half-closed, on connections of its own: a half-closed one is never reused (the agent drops a socket that is no longer writable). */
-export class CutFetch {
+/** NodeHttpFetch makes the SDK's requests over node:http, whose request names its socket (the global fetch hides it) so a loop's pop can be half-closed, on connections of its own: a half-closed one is never reused (the agent drops a socket that is no longer writable). */
+export class NodeHttpFetch {
   // The agent's timeout ends idle connections only: each request sets its own to none, so a long poll is never cut by it.
   readonly #http = new HttpAgent({ keepAlive: true, timeout: IDLE_CONNECTION_MILLIS });
   readonly #https = new HttpsAgent({ keepAlive: true, timeout: IDLE_CONNECTION_MILLIS });
 
   /** fetch sends one request and resolves to its whole answer, telling `onConnection` the connection it went out on, and undefined once the answer is read (before the connection goes back to the pool); failures are rejected as the global fetch rejects them (a TypeError with the network error as its cause). A body goes with its length, as fetch sends it (node:http sets it for a body given to `end`), not chunked. */
-  fetch(url: string, init: CutFetchInit, onConnection: (socket: Socket | undefined) => void): Promise<FetchAnswer> {
+  fetch(url: string, init: NodeHttpFetchInit, onConnection: (socket: Socket | undefined) => void): Promise<FetchAnswer> {
     const target = new URL(url);
     const secure = target.protocol === "https:";
     const send = secure ? httpsRequest : httpRequest;
@@ -136,7 +136,7 @@ export class CutFetch {
         // node:http frees the connection only after the answer's "end" listeners ran.
         res.on("end", () => {
           onConnection(undefined);
-          resolve(toResponse(res, Buffer.concat(chunks)));
+          resolve(toAnswer(res, Buffer.concat(chunks)));
         });
       });
       req.on("socket", onConnection);
@@ -146,7 +146,7 @@ export class CutFetch {
   }
 }
 
-/** FetchAnswer is what the transport reads of an answer: a fetch Response has it, and CutFetch builds one without a Response, whose body stream took a tenth of a one-message push's CPU. */
+/** FetchAnswer is what the transport reads of an answer: a fetch Response has it, and NodeHttpFetch builds one without a Response, whose body stream took a tenth of a one-message push's CPU. */
 export type FetchAnswer = Pick<globalThis.Response, "status" | "statusText" | "headers" | "text">;
 
 /** NULL_BODY_STATUSES may not carry a body in a fetch Response. */
@@ -155,7 +155,7 @@ const NULL_BODY_STATUSES = new Set([204, 205, 304]);
 /** utf8 decodes as a Response's text() does (a leading byte order mark dropped, bad bytes replaced). */
 const utf8 = new TextDecoder();
 
-function toResponse(res: IncomingMessage, body: Buffer): FetchAnswer {
+function toAnswer(res: IncomingMessage, body: Buffer): FetchAnswer {
   const headers = new Headers();
   for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) headers.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
   const status = res.statusCode ?? 0;
