@@ -8,12 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
 // ConfigurePool sets what the engine needs of every connection of a pool it
 // is given: times scanned from timestamptz columns in UTC. pgx scans them in
 // the process's local zone by default, and an answer built from one would
 // carry that zone's offset (-05:00) where every other time on the wire is UTC.
+// A uuid.UUID parameter is sent as its 16 bytes (encodeUUIDParams).
 // Each new connection also reads when its server started, and the pool's
 // open connections are kept in a list the engine can cut off (openConns);
 // pass the returned PoolWatch in the engine's Config.
@@ -23,6 +25,7 @@ func ConfigurePool(cfg *pgxpool.Config) *PoolWatch {
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		conn.TypeMap().RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID,
 			Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
+		encodeUUIDParams(conn.TypeMap())
 		started, err := serverStart(ctx, conn)
 		if err != nil {
 			return err
@@ -44,6 +47,16 @@ func ConfigurePool(cfg *pgxpool.Config) *PoolWatch {
 		}
 	}
 	return watch
+}
+
+// encodeUUIDParams makes m send a uuid.UUID (and uuid.NullUUID) parameter in
+// binary. pgx otherwise takes it as a driver.Valuer: it formats the id as
+// text, fails to encode the text in binary, builds that error with
+// fmt.Errorf, parses the text back and encodes that, 4% of the broker's CPU
+// in consume-queue. Only the encode side is registered: scanning into
+// *uuid.UUID keeps its sql.Scanner path, which reads NULL as uuid.Nil.
+func encodeUUIDParams(m *pgtype.Map) {
+	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{pgxuuid.TryWrapUUIDEncodePlan}, m.TryWrapEncodePlanFuncs...)
 }
 
 // PoolWatch is what the engine learns from its pool's connections

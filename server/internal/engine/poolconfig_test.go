@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -103,4 +105,68 @@ func TestANewConnectionReadsTheServerStartUnderAnyDateStyle(t *testing.T) {
 			t.Fatalf("DateStyle %q: the connection read the server start %v, want %v", style, got, want)
 		}
 	}
+}
+
+// A uuid.UUID parameter on a configured pool's connection reaches
+// PostgreSQL as the same id, Nil and NULL included, and is encoded in
+// binary: pgx's driver.Valuer path formats it as text, builds an error with
+// fmt.Errorf when the text does not encode in binary and parses it back: 20
+// allocations an id, where this takes the two that box it.
+func TestUUIDParametersAreSentAsTheirBytes(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+
+	id := uuid.MustParse("0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+	for _, c := range []struct {
+		param any
+		want  *string
+	}{
+		{id, ptr(id.String())},
+		{uuid.Nil, ptr(uuid.Nil.String())},
+		{uuid.NullUUID{UUID: id, Valid: true}, ptr(id.String())},
+		{uuid.NullUUID{}, nil},
+	} {
+		var got *string
+		if err := conn.QueryRow(ctx, "SELECT $1::uuid::text", c.param).Scan(&got); err != nil {
+			t.Fatalf("%#v: %v", c.param, err)
+		}
+		if (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
+			t.Errorf("%#v reached PostgreSQL as %v, want %v", c.param, deref(got), deref(c.want))
+		}
+	}
+
+	m := conn.Conn().TypeMap()
+	buf := make([]byte, 0, 64)
+	allocs := testing.AllocsPerRun(100, func() {
+		out, err := m.Encode(pgtype.UUIDOID, pgtype.BinaryFormatCode, id, buf[:0])
+		if err != nil || len(out) != 16 || [16]byte(out) != id {
+			t.Fatalf("binary encoding of %s: %x, %v", id, out, err)
+		}
+	})
+	if allocs > 2 {
+		t.Errorf("encoding a uuid.UUID parameter took %.0f allocations, want at most 2", allocs)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return *s
 }
