@@ -49,6 +49,7 @@ EMPTY_POLL_PAUSE = 0.1
 FAST_EMPTY_PAUSE_MAX = 2.0
 
 _new_object = object.__new__
+_NOT_READ = object()
 
 
 def autopilot_from_env(environ: Mapping[str, str] | None = None) -> bool:
@@ -454,7 +455,17 @@ def parse_pop(body: Any, spec: QueueSpec) -> PopResult:
     if not isinstance(body, dict):
         return PopResult(messages=[])
     queue = spec.queue or ""
-    msgs = [Message.from_wire(m, queue) for m in body.get("messages") or [] if isinstance(m, dict)]
+    msgs: list[Message] = []
+    created_wire: Any = _NOT_READ
+    created_at = None
+    for m in body.get("messages") or []:
+        if not isinstance(m, dict):
+            continue
+        # The messages of one push share their createdAt: each distinct one is parsed once.
+        if m.get("createdAt") != created_wire:
+            created_wire = m.get("createdAt")
+            created_at = _ts(created_wire)
+        msgs.append(Message._from_wire(m, queue, created_at))
     ap = body.get("autopilot")
     echo = None
     if isinstance(ap, dict):
