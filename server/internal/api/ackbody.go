@@ -1,6 +1,9 @@
 package api
 
 import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"strings"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
@@ -70,7 +73,10 @@ func (p *plainJSON) ackItems() ([]gen.AckItem, bool) {
 	txns.Grow(len(p.data) - p.at) // the ids take less than the rest of the body
 	var partition repeatedText
 	var lease, status, reason repeatedText
-	items := make([]gen.AckItem, 0, 8)
+	// At most one item per '{' left (more braces only when an id holds one,
+	// which costs capacity, nothing else): counting them costs less than
+	// growing the slice five times for 100 items.
+	items := make([]gen.AckItem, 0, bytes.Count(p.data[p.at:], []byte{'{'}))
 	for {
 		if !p.consume('{') {
 			return nil, false
@@ -178,15 +184,38 @@ func (p *plainJSON) str() ([]byte, bool) {
 	if !p.consume('"') {
 		return nil, false
 	}
-	for i := p.at; i < len(p.data); i++ {
-		switch c := p.data[i]; {
-		case c == '"':
-			v := p.data[p.at:i]
-			p.at = i + 1
-			return v, true
-		case c == '\\' || c < 0x20:
-			return nil, false
+	i := p.at + plainRun(p.data[p.at:])
+	if i >= len(p.data) || p.data[i] != '"' {
+		return nil, false // an escape, a control character or no closing quote
+	}
+	v := p.data[p.at:i]
+	p.at = i + 1
+	return v, true
+}
+
+// plainRun is the length of s's prefix free of '"', '\\' and control
+// characters. It tests eight bytes a step (the bit tricks of "Determine if a
+// word has a byte less than n" in Bit Twiddling Hacks): scanning byte by byte
+// was 43% of decoding a 100-item ack.
+func plainRun(s []byte) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := binary.LittleEndian.Uint64(s[i:])
+		quote, backslash := w^(ones*'"'), w^(ones*'\\')
+		// Each term sets a byte's high bit where w's byte is below 0x20, or
+		// is '"' or '\\' (a zero byte of quote or backslash). A borrow can
+		// flag bytes above a flagged one, never below it, so the lowest
+		// flagged byte is the first one that stops the run.
+		found := ((w-ones*0x20)&^w | (quote-ones)&^quote | (backslash-ones)&^backslash) & highs
+		if found != 0 {
+			return i + bits.TrailingZeros64(found)/8
 		}
 	}
-	return nil, false
+	for ; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return i
 }

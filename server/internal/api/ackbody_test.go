@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -144,4 +145,50 @@ func TestAckBatchOfEitherDecoderCommits(t *testing.T) {
 		!strings.Contains(e.Error, "cannot unmarshal number") {
 		t.Fatalf("ack with a number for an id: %d %+v", status, e)
 	}
+}
+
+// plainRunByBytes is plainRun one byte at a time, as the decoder scanned before.
+func plainRunByBytes(s []byte) int {
+	for i, c := range s {
+		if c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return len(s)
+}
+
+// Every byte value at every place of runs as long as two words and a tail,
+// over backgrounds of ASCII, of bytes above 0x7f (UTF-8) and of the bytes
+// just above the stops, and behind an earlier stop: the word-at-a-time scan
+// stops where the byte-at-a-time one does.
+func TestPlainRunStopsWhereAByteAtATimeScanStops(t *testing.T) {
+	for _, background := range []byte{'a', 0x80, 0xff, 0x20, '"' + 1, '\\' + 1, '"' - 1} {
+		for n := 0; n <= 19; n++ {
+			for at := 0; at < n; at++ {
+				for c := 0; c < 256; c++ {
+					s := bytes.Repeat([]byte{background}, n)
+					s[at] = byte(c)
+					if got, want := plainRun(s), plainRunByBytes(s); got != want {
+						t.Fatalf("plainRun(%q) = %d, want %d", s, got, want)
+					}
+					if at+1 < n {
+						s[n-1] = 0x1f // a second stop after the first
+						if got, want := plainRun(s), plainRunByBytes(s); got != want {
+							t.Fatalf("plainRun(%q) = %d, want %d", s, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func FuzzPlainRun(f *testing.F) {
+	f.Add([]byte(`0192f1e2-7c3b-7d4e-8f90-000000000000","partitionId"`))
+	f.Add([]byte("caf\xc3\xa9 \x1f\\\""))
+	f.Fuzz(func(t *testing.T, s []byte) {
+		if got, want := plainRun(s), plainRunByBytes(s); got != want {
+			t.Fatalf("plainRun(%q) = %d, want %d", s, got, want)
+		}
+	})
 }
