@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import dataclasses
 import logging
 import math
 import os
@@ -169,7 +168,7 @@ def _ack_pairs(
     msgs = [messages] if isinstance(messages, Message) else list(messages)
     out = [(P.group_of(m, group), P.ack_entry(m, status, error)) for m in msgs]
     if without_lease:
-        out = [(g, dataclasses.replace(e, lease_id="")) for g, e in out]
+        out = [(g, e._replace(lease_id="")) for g, e in out]
     return out
 
 

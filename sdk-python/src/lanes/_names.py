@@ -18,6 +18,8 @@ _BROKER_SPACE = frozenset(
 
 def _blank(value: str) -> bool:
     """True for "" and a name of only the broker's white space."""
+    if value and value[0] not in _BROKER_SPACE:  # most names: no generator to start
+        return False
     return all(ch in _BROKER_SPACE for ch in value)
 
 

@@ -502,9 +502,9 @@ def empty_poll_pause(echo: AutopilotEcho | None) -> float:
 # Acks and leases
 
 
-@dataclass(frozen=True)
-class AckEntry:
-    """One ack to send: the message's address plus the status."""
+class AckEntry(NamedTuple):
+    """One ack to send: the message's address plus the status. A tuple: a frozen dataclass
+    took twice as long to build, once per acked message."""
 
     transaction_id: str
     partition_id: str
