@@ -254,6 +254,9 @@ func (s *pushBodyScanner) skipString() bool {
 		return false
 	}
 	for i := s.at + 1; i < len(s.data); i++ {
+		if i += plainRun(s.data[i:]); i >= len(s.data) {
+			return false
+		}
 		switch c := s.data[i]; {
 		case c == '"':
 			s.at = i + 1
