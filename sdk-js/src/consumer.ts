@@ -170,20 +170,44 @@ function renewWhileHeld(core: Core, s: QueueState, leaseId: string, leaseSeconds
 
 /** loopAcks is the smallest list of acks with the broker effect of `items`, a consume loop's or iterator's acks of one pop (docs/sdk-design.md, "Loop acks"). An ack is an offset commit, so per (partition, lease, group) the `completed` acks before the first nack collapse into the last of them; the nacks and anything after them go as they are. A partition whose acks name a transaction id twice goes whole: the broker resolves the k-th mention of an id to its k-th copy in the lease's span, so dropping a mention could move the offset an ack names. */
 export function loopAcks(items: PendingAck[]): PendingAck[] {
-  const spans = new Map<string, { prefix: number[]; nacked: boolean; ids: Set<string>; repeat: boolean }>();
-  items.forEach((it, i) => {
+  const spans = new Map<string, AckSpan>();
+  let s: AckSpan | undefined;
+  let spanTarget: AckTarget | undefined; // the item that found `s`: a pop's acks come partition by partition, so the next one most often shares its span and needs no key
+  for (let i = 0; i < items.length; i++) {
+    const it = items[i]!;
     const t = it.target;
-    const key = JSON.stringify([t.partitionId, t.leaseId ?? "", t.consumerGroup ?? ""]);
-    let s = spans.get(key);
-    if (!s) spans.set(key, (s = { prefix: [], nacked: false, ids: new Set(), repeat: false }));
+    if (s === undefined || spanTarget === undefined || !sameAckSpan(t, spanTarget)) {
+      const key = JSON.stringify([t.partitionId, t.leaseId ?? "", t.consumerGroup ?? ""]);
+      s = spans.get(key);
+      if (!s) spans.set(key, (s = { prefix: [], nacked: false, ids: new Set(), repeat: false }));
+      spanTarget = t;
+    }
     s.repeat ||= s.ids.has(t.transactionId);
     s.ids.add(t.transactionId);
     if (it.status !== "completed") s.nacked = true;
     else if (!s.nacked) s.prefix.push(i);
-  });
-  const drop = new Set<number>();
-  for (const s of spans.values()) if (!s.repeat) for (const i of s.prefix.slice(0, -1)) drop.add(i);
-  return drop.size === 0 ? items : items.filter((_, i) => !drop.has(i));
+  }
+  const drop = new Uint8Array(items.length);
+  let dropped = 0;
+  for (const span of spans.values()) {
+    if (span.repeat) continue;
+    for (let k = 0; k < span.prefix.length - 1; k++) drop[span.prefix[k]!] = 1;
+    dropped += Math.max(0, span.prefix.length - 1);
+  }
+  return dropped === 0 ? items : items.filter((_, i) => drop[i] === 0);
+}
+
+/** AckSpan is what loopAcks gathers of one (partition, lease, group): the indexes of its `completed` acks before its first nack, and whether a transaction id repeats in it. */
+interface AckSpan {
+  prefix: number[];
+  nacked: boolean;
+  ids: Set<string>;
+  repeat: boolean;
+}
+
+/** sameAckSpan: two ack targets are of one (partition, lease, group), as loopAcks keys them. */
+function sameAckSpan(a: AckTarget, b: AckTarget): boolean {
+  return a.partitionId === b.partitionId && (a.leaseId ?? "") === (b.leaseId ?? "") && (a.consumerGroup ?? "") === (b.consumerGroup ?? "");
 }
 
 /**

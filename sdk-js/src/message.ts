@@ -27,8 +27,10 @@ export interface PopResult<T = unknown> {
 /** AckStatus is what an acknowledgement tells the broker. */
 export type AckStatus = "completed" | "failed" | "retry" | "dlq";
 
-/** groupByPartition splits messages by partitionId, keeping the broker's order inside each partition and first-seen order across them. */
+/** groupByPartition splits messages by partitionId, keeping the broker's order inside each partition and first-seen order across them. Messages of one partition (most pops) come back as `[messages]`, not copied. */
 export function groupByPartition<T>(messages: Message<T>[]): Message<T>[][] {
+  const first = messages[0]?.partitionId;
+  if (messages.every((msg) => msg.partitionId === first)) return messages.length === 0 ? [] : [messages];
   const m = new Map<string, Message<T>[]>();
   for (const msg of messages) {
     const list = m.get(msg.partitionId);
