@@ -11,7 +11,7 @@ import { currentPopCut } from "./internal/popcut.js";
 import type { Message, PopResult } from "./message.js";
 import { popQuery, type PopKnobs } from "./pop.js";
 import type { RequestOptions } from "./request-options.js";
-import type { ConfigureResult, DeleteQueueResult, DlqList, DlqMessage, PopResponse, QueueDepth, QueueOptions } from "./types.js";
+import type { ConfigureResult, DeleteQueueResult, DlqList, DlqMessage, PopResponse, QueueDepth, QueueOptions, WireMessage } from "./types.js";
 
 /**
  * SubscriptionMode is where a named group starts on first contact: `new` (default) skips the backlog, `all` reads it.
@@ -249,8 +249,11 @@ export class QueueBuilder<T = unknown> {
       return { messages: [], leaseId: "", consumerGroup: this.s.group ?? QUEUE_MODE, partitionsClaimed: 0 };
     }
     const queue = body.queue || this.s.queue || "";
+    // The parsed answer is the SDK's own: each message takes its queue in place, not in a copy (the copies were 5% of a consume loop's CPU).
+    const messages = body.messages as (WireMessage & { queue?: string })[];
+    for (const m of messages) m.queue = queue;
     return {
-      messages: body.messages.map((m) => ({ ...m, data: m.data as T, queue })),
+      messages: messages as Message<T>[],
       leaseId: body.leaseId,
       consumerGroup: body.consumerGroup,
       partitionsClaimed: body.partitionsClaimed,
