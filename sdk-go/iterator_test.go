@@ -173,7 +173,9 @@ func TestMessagesAcksBeforeNextPopAndIdle(t *testing.T) {
 	t.Parallel()
 	c, fb, acks := iterFake(t)
 	n := 0
-	for _, err := range c.Queue("q").Wait(false).IdleTimeout(time.Millisecond).Messages(context.Background()) {
+	// The idle time counts from the last message and is checked before each pop: long enough
+	// that the pop after the ack is sent on a loaded machine (1 ms was not, in CI).
+	for _, err := range c.Queue("q").Wait(false).IdleTimeout(250 * time.Millisecond).Messages(context.Background()) {
 		require.NoError(t, err)
 		n++
 	}
