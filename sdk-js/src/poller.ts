@@ -1,13 +1,13 @@
 // The pop loop shared by the consume loop and the message iterator (docs/consuming.md §3–§4).
 import { APIConnectionError, InternalServerError, RateLimitError, UnexpectedAnswerError } from "./errors.js";
 import { sleep } from "./internal/http.js";
-import { withPopCut, type PopCut } from "./internal/popcut.js";
+import type { PopCut } from "./internal/popcut.js";
 import type { PopResult } from "./message.js";
 import type { QueueState } from "./queue.js";
 
-/** PopSource is what a poller pops from (a queue builder). */
+/** PopSource is what a poller pops from (a queue builder); `cut`, when given, half-closes the pop at the loop's stop (popcut.ts). */
 export interface PopSource<T> {
-  popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined; maxTimeoutMillis?: number | undefined }): Promise<PopResult<T>>;
+  popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined; maxTimeoutMillis?: number | undefined; cut?: PopCut | undefined }): Promise<PopResult<T>>;
 }
 
 /** withBatchCap is `source` with every pop's batch capped at `reserve()`, which is called just before the pop; `settle(reserved, got)` then hears how many messages came (0 when the pop failed). */
@@ -143,7 +143,7 @@ export class Poller<T> {
     this.signal?.addEventListener("abort", stop, { once: true });
     if (this.signal?.aborted) stop();
     try {
-      return await withPopCut(cut, () => this.source.popResult({ signal, maxTimeoutMillis }));
+      return await this.source.popResult({ signal, maxTimeoutMillis, cut });
     } finally {
       this.signal?.removeEventListener("abort", stop);
     }

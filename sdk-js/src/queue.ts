@@ -7,9 +7,10 @@ import type { PushBuffer, BufferOptions } from "./buffer.js";
 import { Consumer, type BatchHandler, type ConsumeOptions, type ErrorHandler, type Handler, messageIterator } from "./consumer.js";
 import type { Core, PushItem, PushResult } from "./internal/core.js";
 import { QUEUE_MODE, toWireItems } from "./internal/core.js";
-import { currentPopCut } from "./internal/popcut.js";
+import type { PopCut } from "./internal/popcut.js";
 import type { Message, PopResult } from "./message.js";
 import { popQuery, type PopKnobs } from "./pop.js";
+import type { PopSource } from "./poller.js";
 import type { RequestOptions } from "./request-options.js";
 import type { ConfigureResult, DeleteQueueResult, DlqList, DlqMessage, PopResponse, QueueDepth, QueueOptions, WireMessage } from "./types.js";
 
@@ -231,7 +232,17 @@ export class QueueBuilder<T = unknown> {
   }
 
   /** popResult makes one pop and returns the messages with the lease and the autopilot echo; an empty pop (204) is an empty list. `maxBatch` caps the pop's batch, `maxTimeoutMillis` its long-poll timeout. Errors are thrown. */
-  async popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined; maxTimeoutMillis?: number | undefined } = {}): Promise<PopResult<T>> {
+  popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined; maxTimeoutMillis?: number | undefined } = {}): Promise<PopResult<T>> {
+    return this.popWithCut(opts, undefined);
+  }
+
+  /** loopSource is this builder as the PopSource of a consume loop or iterator, whose pops carry the loop's cut: passed along, not through an AsyncLocalStorage, whose promise hooks (Node 20) would slow every promise of the process. */
+  private loopSource(): PopSource<T> {
+    return { popResult: (opts) => this.popWithCut(opts, opts.cut) };
+  }
+
+  /** popWithCut is popResult, half-closed at a loop's stop when `cut` is given (popcut.ts). */
+  private async popWithCut(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined; maxTimeoutMillis?: number | undefined }, cut: PopCut | undefined): Promise<PopResult<T>> {
     const { path, knobs } = this.popTarget();
     knobs.maxBatch = opts.maxBatch;
     if (opts.maxTimeoutMillis !== undefined) knobs.timeoutMillis = Math.min(knobs.timeoutMillis, opts.maxTimeoutMillis);
@@ -242,7 +253,7 @@ export class QueueBuilder<T = unknown> {
       longPoll: knobs.wait,
       timeoutMillis: knobs.wait ? knobs.timeoutMillis + 5000 : undefined,
       signal: opts.signal,
-      cut: currentPopCut(),
+      cut,
     });
     const body = res.status === 204 ? undefined : res.body;
     if (!body || !Array.isArray(body.messages)) {
@@ -271,19 +282,19 @@ export class QueueBuilder<T = unknown> {
   /** consume starts a consume loop at once and returns its Consumer: the handler gets one message at a time with a signal aborted on a hard stop. Awaiting the Consumer waits for its end. A builder no pop can be made of (no queue nor namespace/task, or an InvalidNameError) throws here. */
   consume(handler: Handler<T>, opts: ConsumeOptions = {}): Consumer {
     this.popTarget();
-    return new Consumer(this.core, this, this.s, { kind: "each", fn: handler as Handler<unknown> }, opts);
+    return new Consumer(this.core, this.loopSource(), this.s, { kind: "each", fn: handler as Handler<unknown> }, opts);
   }
 
   /** consumeBatch is consume with a handler per partition slice of each pop. */
   consumeBatch(handler: BatchHandler<T>, opts: ConsumeOptions = {}): Consumer {
     this.popTarget();
-    return new Consumer(this.core, this, this.s, { kind: "batch", fn: handler as BatchHandler<unknown> }, opts);
+    return new Consumer(this.core, this.loopSource(), this.s, { kind: "batch", fn: handler as BatchHandler<unknown> }, opts);
   }
 
   /** messages (which throws at once, as consume does, for a builder no pop can be made of) iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry`, the current message too; with autoAck(false) leaving releases nothing: every message handed over is the caller's to ack, and the rest of the pop redelivers when its lease expires (acking them `retry` yourself hands them back sooner, but a `retry` below a message not acked yet releases that one too). Aborting `signal` ends the iteration, and so do the builder's `limit(n)` (after n messages) and `idleMillis(ms)` (after ms without a message, counted from when the next one was asked for), as in Go. An ack call that fails for want of a broker (no answer, 5xx, 429) is reported to onError and resent, as the consume loop resends it, while the pop's lease lasts and `signal` is not aborted (docs/consuming.md §4); when the iteration ends (break, return, throw, `limit`, idle) no resend starts later than 5 s after it, so leaving never waits out the lease (the messages of an ack that never landed redeliver after it). */
   messages(opts: { signal?: AbortSignal | undefined } = {}): AsyncIterableIterator<Message<T>> {
     this.popTarget();
-    return messageIterator<T>(this.core, this, this.s, opts.signal);
+    return messageIterator<T>(this.core, this.loopSource(), this.s, opts.signal);
   }
 
   /** create configures the queue with the options given to `config()` (a full replace unless mode is `merge`). */

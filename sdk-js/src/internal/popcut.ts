@@ -2,7 +2,6 @@
 // half-closed, not aborted. The broker answers a parked pop's half-close with 499 and claims
 // nothing, and an answer it had already written still arrives whole, so the loop reads it and
 // releases its messages with `retry`; an abort would drop that answer and leave them leased.
-import { AsyncLocalStorage } from "node:async_hooks";
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import type { Socket } from "node:net";
@@ -59,18 +58,6 @@ export class PopCut {
     if (attempt.socket) attempt.socket.end();
     else attempt.abort(this.#fired.signal.reason);
   }
-}
-
-const cutScope = new AsyncLocalStorage<PopCut>();
-
-/** withPopCut runs `pop` with `cut` following its requests (currentPopCut). */
-export function withPopCut<R>(cut: PopCut | undefined, pop: () => R): R {
-  return cut === undefined ? pop() : cutScope.run(cut, pop);
-}
-
-/** currentPopCut is the cut of the loop making this pop, if any. */
-export function currentPopCut(): PopCut | undefined {
-  return cutScope.getStore();
 }
 
 /** nodeHttpReachable: Node's own node:http hands the SDK the socket of a request; other runtimes' emulations may not half-close it, so a cut there aborts. */

@@ -281,6 +281,28 @@ describe("consume", () => {
     expect((await lanes.queue<number>(q).batch(5).wait(false).pop()).map((m) => m.data)).toEqual([1, 2]);
   });
 
+  // The handler's scope follows its awaits, not only its synchronous start: a stop after a timer and a nested SDK call still comes from inside it.
+  it.each(["consume", "consumeBatch"] as const)("%s: stop() awaited after the handler's own awaits (a timer, a nested pop) resolves at once; the consumer ends after that handler", async (how) => {
+    const lanes = client();
+    const q = uniq("selfstoplate");
+    const other = uniq("selfstopother");
+    await lanes.queue(q).partition("a").push([0, 1].map((n) => ({ data: n })));
+    await lanes.queue(q).partition("b").push([2].map((n) => ({ data: n })));
+    let calls = 0;
+    let stopResolved = false;
+    const handler = async () => {
+      calls += 1;
+      await delay(20);
+      await lanes.queue(other).wait(false).pop();
+      await c.stop();
+      stopResolved = true;
+    };
+    const builder = lanes.queue<number>(q).batch(3).partitions(2);
+    const c: Consumer = how === "consume" ? builder.consume(handler) : builder.consumeBatch(handler);
+    const ended = await Promise.race([c.closed.then(() => "ended"), sleep(5000).then(() => "still running after 5 s")]);
+    expect([ended, stopResolved, calls]).toEqual(["ended", true, 1]);
+  });
+
   // As Go's TestITStopFromOnErrorOfARenewal, where Stop there waited for the end that waits for
   // that renewal. The handler acks its message itself, so the next renewal finds the lease gone.
   it("stop() called from onError on a failed lease renewal resolves without running out its timeout; the consumer ends", async () => {
