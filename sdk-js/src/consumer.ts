@@ -495,20 +495,18 @@ export class Consumer implements PromiseLike<void> {
     return err instanceof Error && err.name === "AbortError";
   }
 
-  /** reportHandlerFailure takes the error a handler call on `handed` threw and returns whether a hard stop cancelled the call (stoppedByCancel); any other failure is reported, with reportHandlerErrors(true), as a HandlerError naming them. */
-  private reportHandlerFailure(handed: Message<unknown>[], err: unknown): boolean {
-    const cancelled = this.stoppedByCancel(err);
-    if (this.s.reportHandlerErrors && !cancelled) this.report("handler", new HandlerError(handed, err));
-    return cancelled;
+  /** handlerFailed is the ack of `target` after a handler call on `handed` threw `err`: `retry` when a hard stop cancelled the call (stoppedByCancel), else handlerFailureAck's, the failure reported (with reportHandlerErrors(true), as a HandlerError naming them) and, when it is for want of a broker, added to `outage`. */
+  private handlerFailed(handed: Message<unknown>[], target: AckTarget, err: unknown, outage: unknown[]): PendingAck {
+    if (this.stoppedByCancel(err)) return { target, status: "retry" };
+    if (this.s.reportHandlerErrors) this.report("handler", new HandlerError(handed, err));
+    if (brokerUnavailable(err)) outage.push(err);
+    return handlerFailureAck(target, err);
   }
 
   /** handlePop hands a pop's messages to the handler and acks them; it returns the failures of the pop's handlers for want of a broker (brokerUnavailable). */
   private async handlePop(res: PopResult<unknown>): Promise<unknown[]> {
     const acks: PendingAck[] = [];
     const outage: unknown[] = [];
-    const noteFailure = (err: unknown) => {
-      if (brokerUnavailable(err)) outage.push(err);
-    };
     // Under serverAutoAck(true) the messages not handed over (a hard stop, or the rest of a partition after a handler failure) are lost: reported below.
     let handedOver = 0;
     const handedFrom = new Set<string>(); // partitions of which a message was handed to the handler
@@ -533,9 +531,7 @@ export class Consumer implements PromiseLike<void> {
             try {
               await handlerOf.run(this, () => (fn as Handler<unknown>)(m, ctx));
             } catch (err) {
-              const cancelled = this.reportHandlerFailure([m], err);
-              acks.push(cancelled ? { target: m, status: "retry" } : handlerFailureAck(m, err));
-              if (!cancelled) noteFailure(err);
+              acks.push(this.handlerFailed([m], m, err, outage));
               break;
             }
             acks.push({ target: m, status: "completed" });
@@ -555,9 +551,7 @@ export class Consumer implements PromiseLike<void> {
           try {
             await handlerOf.run(this, () => (fn as BatchHandler<unknown>)(handed, ctx));
           } catch (err) {
-            const cancelled = this.reportHandlerFailure(handed, err);
-            acks.push(cancelled ? { target: first, status: "retry" } : handlerFailureAck(first, err));
-            if (!cancelled) noteFailure(err);
+            acks.push(this.handlerFailed(handed, first, err, outage));
             continue;
           }
           for (const m of handed) acks.push({ target: m, status: "completed" });
