@@ -67,6 +67,7 @@ func (s *Server) registerGauges() {
 			prometheus.Labels{"source": source.String()}, func() float64 { return float64(s.engine.StoredMessages(source)) })
 	}
 	s.engine.ObservePopClaims(m.ObservePopClaim)
+	s.engine.ObservePushCommits(func(c engine.PushCommit) { m.ObservePushCommit(c.Messages, c.Took, c.Waits) })
 	s.engine.ObserveTimerFires(m.ObserveTimerFire)
 	m.Gauge("lanes_build_info", "Always 1; the version label is this broker's build.", prometheus.Labels{"version": s.opts.Version}, func() float64 { return 1 })
 	m.Gauge("lanes_pop_parked", "Long-poll pops parked on this broker (no connection held).", nil, func() float64 { return float64(s.engine.ParkedPops()) })

@@ -132,6 +132,8 @@ type Engine struct {
 	popClaimObserver atomic.Pointer[func(time.Duration)]
 	// timerFireObserver is told how late each timer this engine fired was (ObserveTimerFires).
 	timerFireObserver atomic.Pointer[func(time.Duration)]
+	// pushCommitObserver is told about each push group commit (ObservePushCommits).
+	pushCommitObserver atomic.Pointer[func(PushCommit)]
 	// leases resolves acks under leases this broker granted without lanes.txns.
 	leases *leaseIndex
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.

@@ -172,12 +172,14 @@ type pushRequest struct {
 	// replay marks a ReplayPush: its items are probed by identity.
 	replay bool
 	done   chan error
+	// queued is when the request was handed to its committer.
+	queued time.Time
 }
 
 // newPushRequest wraps normalized items for a committer, each result holding
 // what is known before the write.
 func newPushRequest(ctx context.Context, items []PushItem, replay bool) *pushRequest {
-	req := &pushRequest{ctx: ctx, items: items, replay: replay, done: make(chan error, 1)}
+	req := &pushRequest{ctx: ctx, items: items, replay: replay, done: make(chan error, 1), queued: time.Now()}
 	req.results = make([]PushResult, len(items))
 	for i := range items {
 		req.results[i] = PushResult{Index: i, TransactionID: items[i].TransactionID, Queue: items[i].Queue}
@@ -289,9 +291,38 @@ func (p *pusher) run(queue chan *pushRequest) {
 				break gather
 			}
 		}
+		observe := p.e.pushCommitObserver.Load()
+		if observe == nil {
+			p.commitBatch(batch)
+			continue
+		}
+		// The waits are read first: the commit drops abandoned requests in
+		// batch's array.
+		started := time.Now()
+		waits := make([]time.Duration, len(batch))
+		for i, r := range batch {
+			waits[i] = started.Sub(r.queued)
+		}
 		p.commitBatch(batch)
+		(*observe)(PushCommit{Messages: n, Took: time.Since(started), Waits: waits})
 	}
 }
+
+// PushCommit is one push group commit, as ObservePushCommits reports it.
+type PushCommit struct {
+	// Messages counts the items of the push requests the commit took.
+	Messages int
+	// Took runs from the commit's start to its answer, retries included.
+	Took time.Duration
+	// Waits holds each request's time from reaching its committer to the
+	// commit's start.
+	Waits []time.Duration
+}
+
+// ObservePushCommits has f told about every push group commit (pushes and
+// the spool's drain), after it answered its requests. f runs on the
+// committer, which takes no more requests until it returns.
+func (e *Engine) ObservePushCommits(f func(PushCommit)) { e.pushCommitObserver.Store(&f) }
 
 // commitBatch commits a group of coalesced requests and answers each. Input
 // checks keep values the database rejects out of the commit; should one get

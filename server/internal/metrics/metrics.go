@@ -26,6 +26,9 @@ type Metrics struct {
 
 	requestsTotal atomic.Int64
 	popClaim      prometheus.Histogram
+	pushCommit    prometheus.Histogram
+	pushMessages  prometheus.Histogram
+	pushWait      prometheus.Histogram
 
 	popped, acked, deadLettered, leasesGivenBack, autoAckedUndelivered atomic.Int64
 	retention                                                          retentionProgress
@@ -120,6 +123,21 @@ func New() *Metrics {
 			Help:    "Duration of a pop's database claim (one per claim, parked re-checks included), without the long-poll parking.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
+		pushCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lanes_push_commit_duration_seconds",
+			Help:    "Duration of one push group commit (pushes and the spool's drain), from its start to its answer, retries included; a committer is busy for their sum.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		pushMessages: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lanes_push_commit_messages",
+			Help:    "Messages one push group commit took (the items of the push requests it gathered).",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000},
+		}),
+		pushWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lanes_push_commit_wait_seconds",
+			Help:    "Time a push request waited for its group commit to start: the committer was busy with the commit before.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
 	}
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lanes_queue_lag_messages",
@@ -150,7 +168,7 @@ func New() *Metrics {
 		Help:    "Lateness of each timer this broker fired: seconds from its deliver time to its firing, by the database's clock; within about LANES_TIMERS_INTERVAL_MS while the firing keeps up.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	})
-	reg.MustRegister(m.requests, m.latency, m.pushItems, m.popClaim, m.lag, m.pending, m.dlq, m.timersWaiting, m.timersDue, m.timersFired, m.timerFireLag,
+	reg.MustRegister(m.requests, m.latency, m.pushItems, m.popClaim, m.pushCommit, m.pushMessages, m.pushWait, m.lag, m.pending, m.dlq, m.timersWaiting, m.timersDue, m.timersFired, m.timerFireLag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	count := func(name, help string, v *atomic.Int64) {
 		m.Counter(name, help, nil, func() float64 { return float64(v.Load()) })
@@ -373,3 +391,13 @@ func (m *Metrics) ObserveTimerFire(late time.Duration) {
 
 // ObservePopClaim records the duration of one pop's database claim.
 func (m *Metrics) ObservePopClaim(took time.Duration) { m.popClaim.Observe(took.Seconds()) }
+
+// ObservePushCommit records one push group commit: the messages it took, how
+// long it ran and how long each of its requests waited for it to start.
+func (m *Metrics) ObservePushCommit(messages int, took time.Duration, waits []time.Duration) {
+	m.pushCommit.Observe(took.Seconds())
+	m.pushMessages.Observe(float64(messages))
+	for _, w := range waits {
+		m.pushWait.Observe(w.Seconds())
+	}
+}
