@@ -369,6 +369,14 @@ func markdown(run *Run) string {
 				fmt.Fprintf(&b, " (%.2f per 100 messages delivered)", float64(r.PopClaims+r.PopHandOffs)*100/float64(r.Messages))
 			}
 		}
+		if r.PushCommits > 0 && r.Seconds > 0 {
+			fmt.Fprintf(&b, " — push group commits %.0f/s, %.1f messages each, %.2f ms each, commits running %.0f%% of the window",
+				float64(r.PushCommits)/r.Seconds, float64(r.PushCommitMessages)/float64(r.PushCommits),
+				r.PushCommitSeconds*1000/float64(r.PushCommits), 100*r.PushCommitSeconds/r.Seconds)
+			if r.PushWaits > 0 {
+				fmt.Fprintf(&b, ", a push waiting %.2f ms for its commit on average", r.PushWaitSeconds*1000/float64(r.PushWaits))
+			}
+		}
 		fmt.Fprintf(&b, " — pg_stat_database commits/s %.0f (flushed by backends about once a second)", r.PGCommitsPerSec)
 		if r.WALBytes > 0 && r.Messages > 0 {
 			fmt.Fprintf(&b, " — WAL %.0f bytes/msg (%s → %s)", float64(r.WALBytes)/float64(r.Messages), r.WALStartLSN, r.WALEndLSN)

@@ -383,3 +383,19 @@ func TestMarkdownGivesTheWindowsWALPerMessage(t *testing.T) {
 		t.Errorf("a window without WAL figures shows one:\n%s", md)
 	}
 }
+
+func TestMarkdownGivesTheWindowsPushGroupCommits(t *testing.T) {
+	run := &Run{Results: []Result{
+		{Scenario: "push-b1", System: "lanes", Available: true, Messages: 20000, Seconds: 2,
+			PushCommits: 800, PushCommitMessages: 20000, PushCommitSeconds: 1.9, PushWaits: 20000, PushWaitSeconds: 18},
+		{Scenario: "ceiling-b100", System: "postgres", Available: true, Messages: 1000, Seconds: 2},
+	}}
+	md := markdown(run)
+	want := "— push group commits 400/s, 25.0 messages each, 2.38 ms each, commits running 95% of the window, a push waiting 0.90 ms for its commit on average"
+	if !strings.Contains(md, want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md)
+	}
+	if strings.Count(md, "push group commits") != 1 {
+		t.Errorf("a window without push commits shows them:\n%s", md)
+	}
+}

@@ -80,6 +80,16 @@ type Result struct {
 	// found nothing.
 	PopClaims   int64 `json:"popClaims"`
 	PopHandOffs int64 `json:"popHandOffs"`
+	// PushCommits counts the broker's push group commits during the window
+	// (lanes_push_commit_duration_seconds_count), PushCommitMessages the
+	// messages they took, PushCommitSeconds their durations summed (over the
+	// window's length: how busy the committers were) and PushWaitSeconds the
+	// pushes' waits for their commits, of which there were PushWaits.
+	PushCommits        int64   `json:"pushCommits,omitempty"`
+	PushCommitMessages int64   `json:"pushCommitMessages,omitempty"`
+	PushCommitSeconds  float64 `json:"pushCommitSeconds,omitempty"`
+	PushWaits          int64   `json:"pushWaits,omitempty"`
+	PushWaitSeconds    float64 `json:"pushWaitSeconds,omitempty"`
 	// ServerErrors counts 5xx answers during the window (retried up to 3 times each).
 	ServerErrors int64 `json:"serverErrors"`
 	// Throttled counts 429 answers (retried after Retry-After); Buffered counts pushes answered "buffered" (spooled).
@@ -115,9 +125,8 @@ type window struct {
 	pgPerf     *pgPerf
 	selfProf   *os.File
 	errors0    int64
-	claims0    int64
-	handOffs0  int64
-	claimsOK   bool
+	counters0  brokerCounters
+	countersOK bool
 	throttled0 int64
 	buffered0  int64
 	selfT0     int64
@@ -151,7 +160,7 @@ func (h *harness) begin(db string, profileName string) *window {
 	}
 	w.errors0 = h.serverErrors.Load()
 	if db == h.lanesDB {
-		w.claims0, w.handOffs0, w.claimsOK = h.popClaimCounters()
+		w.counters0, w.countersOK = h.brokerCounters()
 	}
 	w.throttled0, w.buffered0 = h.throttled.Load(), h.buffered.Load()
 	w.selfT0 = procTicks(os.Getpid())
@@ -184,8 +193,13 @@ func (w *window) end(r *Result) {
 	}
 	r.LoadAvg = loadAvg()
 	r.ServerErrors = w.h.serverErrors.Load() - w.errors0
-	if claims, handOffs, ok := w.h.popClaimCounters(); ok && w.claimsOK {
-		r.PopClaims, r.PopHandOffs = claims-w.claims0, handOffs-w.handOffs0
+	if c, ok := w.h.brokerCounters(); ok && w.countersOK {
+		r.PopClaims, r.PopHandOffs = c.claims-w.counters0.claims, c.handOffs-w.counters0.handOffs
+		r.PushCommits = int64(c.pushCommits - w.counters0.pushCommits)
+		r.PushCommitMessages = int64(c.pushCommitMessages - w.counters0.pushCommitMessages)
+		r.PushCommitSeconds = c.pushCommitSeconds - w.counters0.pushCommitSeconds
+		r.PushWaits = int64(c.pushWaits - w.counters0.pushWaits)
+		r.PushWaitSeconds = c.pushWaitSeconds - w.counters0.pushWaitSeconds
 	}
 	r.Throttled = w.h.throttled.Load() - w.throttled0
 	r.Buffered = w.h.buffered.Load() - w.buffered0
@@ -214,24 +228,32 @@ func (h *harness) pgCounters(db string) (commits, xid int64) {
 	return commits, xid
 }
 
-// popClaimCounters reads the broker's pop claim counters from its Prometheus
-// exposition: claims summed over both paths, and hand-offs; ok is false when
-// the broker did not answer (a window then reports neither).
-func (h *harness) popClaimCounters() (claims, handOffs int64, ok bool) {
+// brokerCounters is what a window reads from the broker's Prometheus
+// exposition: pop claims summed over both paths, hand-offs, and the push
+// group commit histograms' counts and sums.
+type brokerCounters struct {
+	claims, handOffs                                   int64
+	pushCommits, pushCommitMessages, pushCommitSeconds float64
+	pushWaits, pushWaitSeconds                         float64
+}
+
+// brokerCounters reads the broker's counters; ok is false when the broker did
+// not answer (a window then reports none of them).
+func (h *harness) brokerCounters() (c brokerCounters, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.brokerURL+"/metrics/prometheus", nil)
 	if err != nil {
-		return 0, 0, false
+		return c, false
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, false
+		return c, false
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, 0, false
+		return c, false
 	}
 	for _, line := range strings.Split(string(body), "\n") {
 		name, value, ok := strings.Cut(line, " ")
@@ -244,12 +266,22 @@ func (h *harness) popClaimCounters() (claims, handOffs int64, ok bool) {
 		}
 		switch {
 		case strings.HasPrefix(name, "lanes_pop_transactions_total{"):
-			claims += int64(v)
+			c.claims += int64(v)
 		case name == "lanes_pop_hand_offs_total":
-			handOffs += int64(v)
+			c.handOffs += int64(v)
+		case name == "lanes_push_commit_duration_seconds_count":
+			c.pushCommits = v
+		case name == "lanes_push_commit_duration_seconds_sum":
+			c.pushCommitSeconds = v
+		case name == "lanes_push_commit_messages_sum":
+			c.pushCommitMessages = v
+		case name == "lanes_push_commit_wait_seconds_count":
+			c.pushWaits = v
+		case name == "lanes_push_commit_wait_seconds_sum":
+			c.pushWaitSeconds = v
 		}
 	}
-	return claims, handOffs, true
+	return c, true
 }
 
 func (h *harness) checkpointCounters() (checkpoints, buffers int64) {
