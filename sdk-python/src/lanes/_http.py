@@ -561,11 +561,17 @@ class _BoundedBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+# The SDK's own pools: no cap on connections, as Go's and Node's clients have none, because
+# every consumer's long poll holds one for up to its wait (httpx's default cap of 100 would park
+# the 101st consumer's pop behind the others'); 100 kept idle, as the Go SDK keeps per host.
+_POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=100)
+
+
 def _bounded_client() -> httpx.Client:
     """An ``httpx.Client`` whose pools' connections end their I/O by the attempt's end. httpx
     takes no network backend (httpcore's extension point for one), so it is set on its
     transports' pools; where that fails, the watchdog still bounds the answer's body."""
-    client = httpx.Client()
+    client = httpx.Client(limits=_POOL_LIMITS)
     for transport in [
         getattr(client, "_transport", None),
         *getattr(client, "_mounts", {}).values(),
@@ -657,7 +663,7 @@ def _cuttable_async_client() -> tuple[httpx.AsyncClient, bool]:
     """An ``httpx.AsyncClient`` whose connections a :class:`CallCut` can half-close, set on its
     transports' pools as :func:`_bounded_client` does; and whether that worked (else its calls
     cannot be cut, and a stop cancels them)."""
-    client = httpx.AsyncClient()
+    client = httpx.AsyncClient(limits=_POOL_LIMITS)
     cuttable = False
     for transport in [
         getattr(client, "_transport", None),
