@@ -45,7 +45,7 @@ func (r *recorder) percentiles() map[string]float64 {
 
 // parkedPolls keeps n long polls, spread over groups consumer groups (1:
 // queue mode), parked on an idle queue until the returned stop is called (it
-// waits for them to end): the
+// waits for them to end and closes the client's idle connections): the
 // load of many idle consumers, whose re-checks compete with the work
 // measured beside them. A pop that returns, at its timeout or with an
 // error, polls again at once. The load generator's client cannot cut a
@@ -75,7 +75,14 @@ func (h *harness) parkedPolls(n, groups int) (stop func(), err error) {
 	}
 	// Let them park and pass their first re-checks before the window opens.
 	time.Sleep(2 * time.Second)
-	return func() { cancel(); wg.Wait() }, nil
+	return func() {
+		cancel()
+		wg.Wait()
+		// Their connections would otherwise stay open, idle, for the
+		// client's idle timeout (a minute): a thousand connections, each a
+		// goroutine and buffers on the broker, beside the scenarios after.
+		h.http.CloseIdleConnections()
+	}, nil
 }
 
 // latencyScenario offers rate msg/s open loop (each message is sent at its
