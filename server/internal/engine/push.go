@@ -275,6 +275,7 @@ func (p *pusher) pending() int64 {
 
 func (p *pusher) run(queue chan *pushRequest) {
 	maxMsgs := p.e.cfg.PushMaxBatchMessages
+	var waits []time.Duration // reused: the observer reads it during its call only
 	for first := range queue {
 		batch := []*pushRequest{first}
 		n := len(first.items)
@@ -299,9 +300,9 @@ func (p *pusher) run(queue chan *pushRequest) {
 		// The waits are read first: the commit drops abandoned requests in
 		// batch's array.
 		started := time.Now()
-		waits := make([]time.Duration, len(batch))
-		for i, r := range batch {
-			waits[i] = started.Sub(r.queued)
+		waits = waits[:0]
+		for _, r := range batch {
+			waits = append(waits, started.Sub(r.queued))
 		}
 		p.commitBatch(batch)
 		(*observe)(PushCommit{Messages: n, Took: time.Since(started), Waits: waits})
@@ -315,7 +316,7 @@ type PushCommit struct {
 	// Took runs from the commit's start to its answer, retries included.
 	Took time.Duration
 	// Waits holds each request's time from reaching its committer to the
-	// commit's start.
+	// commit's start; the committer reuses it after the observer returns.
 	Waits []time.Duration
 }
 
