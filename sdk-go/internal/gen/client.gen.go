@@ -1415,7 +1415,8 @@ type MessageListMode struct {
 type MessageListModeType string
 
 // Metrics Process metrics snapshot of this broker since it started. `database` is absent when the
-// broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them.
+// broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them;
+// older brokers leave out `pushCommits`.
 type Metrics struct {
 	Admission *MetricsAdmission `json:"admission,omitempty"`
 
@@ -1433,10 +1434,13 @@ type Metrics struct {
 	Messages MetricsMessages `json:"messages"`
 
 	// ParkedPops Long-poll pops parked on this broker now.
-	ParkedPops int              `json:"parkedPops"`
-	Requests   RateCounter      `json:"requests"`
-	Retention  MetricsRetention `json:"retention"`
-	Spool      *MetricsSpool    `json:"spool,omitempty"`
+	ParkedPops int `json:"parkedPops"`
+
+	// PushCommits The push group commits this broker ran since it started (pushes and the spool's drain), the totals of the `lanes_push_commit_*` series in `/metrics/prometheus`. `seconds` over the uptime, divided by `committers`, is the share of the time the committers were busy: near 1, pushes queue for their commits and throughput is bound by the commits' round trips.
+	PushCommits *MetricsPushCommits `json:"pushCommits,omitempty"`
+	Requests    RateCounter         `json:"requests"`
+	Retention   MetricsRetention    `json:"retention"`
+	Spool       *MetricsSpool       `json:"spool,omitempty"`
 
 	// Uptime Seconds since the broker started.
 	Uptime float64 `json:"uptime"`
@@ -1529,6 +1533,27 @@ type MetricsMessages struct {
 	Pushed int     `json:"pushed"`
 	Rate   float64 `json:"rate"`
 	Total  int     `json:"total"`
+}
+
+// MetricsPushCommits The push group commits this broker ran since it started (pushes and the spool's drain), the totals of the `lanes_push_commit_*` series in `/metrics/prometheus`. `seconds` over the uptime, divided by `committers`, is the share of the time the committers were busy: near 1, pushes queue for their commits and throughput is bound by the commits' round trips.
+type MetricsPushCommits struct {
+	// Commits Group commits run, each answered once whether it stored its messages or failed.
+	Commits int `json:"commits"`
+
+	// Committers Group commits that may run at once (`LANES_PUSH_COMMITTERS`).
+	Committers int `json:"committers"`
+
+	// Messages Messages the commits took (items of the push requests each gathered).
+	Messages int `json:"messages"`
+
+	// Requests Push requests (and drain batches) the commits took.
+	Requests int `json:"requests"`
+
+	// Seconds The commits' durations added up, each from its start to its answer, retries included.
+	Seconds float64 `json:"seconds"`
+
+	// WaitSeconds The requests' waits for their commit to start, added up; over `requests`, the mean wait.
+	WaitSeconds float64 `json:"waitSeconds"`
 }
 
 // MetricsRetention defines model for MetricsRetention.

@@ -2536,7 +2536,8 @@ export interface components {
             engine: string;
         };
         /** @description Process metrics snapshot of this broker since it started. `database` is absent when the
-         *     broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them.
+         *     broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them;
+         *     older brokers leave out `pushCommits`.
          *      */
         Metrics: {
             /**
@@ -2557,6 +2558,28 @@ export interface components {
             admission?: components["schemas"]["MetricsAdmission"];
             bodyBytes?: components["schemas"]["MetricsBodyBytes"];
             spool?: components["schemas"]["MetricsSpool"];
+            pushCommits?: components["schemas"]["MetricsPushCommits"];
+        };
+        /** @description The push group commits this broker ran since it started (pushes and the spool's drain), the totals of the `lanes_push_commit_*` series in `/metrics/prometheus`. `seconds` over the uptime, divided by `committers`, is the share of the time the committers were busy: near 1, pushes queue for their commits and throughput is bound by the commits' round trips. */
+        MetricsPushCommits: {
+            /** @description Group commits that may run at once (`LANES_PUSH_COMMITTERS`). */
+            committers: number;
+            /** @description Group commits run, each answered once whether it stored its messages or failed. */
+            commits: number;
+            /** @description Messages the commits took (items of the push requests each gathered). */
+            messages: number;
+            /**
+             * Format: double
+             * @description The commits' durations added up, each from its start to its answer, retries included.
+             */
+            seconds: number;
+            /** @description Push requests (and drain batches) the commits took. */
+            requests: number;
+            /**
+             * Format: double
+             * @description The requests' waits for their commit to start, added up; over `requests`, the mean wait.
+             */
+            waitSeconds: number;
         };
         /** @description Message counters; `total` and `rate` (per second of uptime) count stored messages. */
         MetricsMessages: {

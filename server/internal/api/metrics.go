@@ -179,6 +179,9 @@ func (s *Server) metricsSnapshot() gen.Metrics {
 		Cpu:         gen.MetricsCpu{Cores: runtime.NumCPU()},
 		Maintenance: gen.MetricsMaintenance{Push: s.maintenance.push.Load(), Pop: s.maintenance.pop.Load()},
 	}
+	commits := s.metrics.PushCommitTotals()
+	body.PushCommits = &gen.MetricsPushCommits{Committers: s.engine.PushCommitters(), Commits: int(commits.Commits),
+		Messages: int(commits.Messages), Seconds: commits.Seconds, Requests: int(commits.Requests), WaitSeconds: commits.WaitSeconds}
 	if pool := s.engine.Pool(); pool != nil {
 		st := pool.Stat()
 		body.Database = &gen.MetricsDatabase{PoolSize: int(st.MaxConns()), IdleConnections: int(st.IdleConns()),

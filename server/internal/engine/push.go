@@ -325,6 +325,9 @@ type PushCommit struct {
 // committer, which takes no more requests until it returns.
 func (e *Engine) ObservePushCommits(f func(PushCommit)) { e.pushCommitObserver.Store(&f) }
 
+// PushCommitters is how many push group commits may run at once.
+func (e *Engine) PushCommitters() int { return e.cfg.PushCommitters }
+
 // commitBatch commits a group of coalesced requests and answers each. Input
 // checks keep values the database rejects out of the commit; should one get
 // through anyway (a data error, SQLSTATE class 22 or 54, is caused by a value,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics is one broker's registry. Create it with New.
@@ -400,4 +401,32 @@ func (m *Metrics) ObservePushCommit(messages int, took time.Duration, waits []ti
 	for _, w := range waits {
 		m.pushWait.Observe(w.Seconds())
 	}
+}
+
+// PushCommitTotals sums the push group commits since start, as the JSON
+// metrics give them.
+type PushCommitTotals struct {
+	Commits     uint64
+	Messages    uint64
+	Seconds     float64
+	Requests    uint64
+	WaitSeconds float64
+}
+
+// PushCommitTotals reads the totals from the push commit histograms, so the
+// JSON metrics and the Prometheus series cannot disagree.
+func (m *Metrics) PushCommitTotals() PushCommitTotals {
+	commits, seconds := histogramTotals(m.pushCommit)
+	_, messages := histogramTotals(m.pushMessages)
+	requests, waited := histogramTotals(m.pushWait)
+	return PushCommitTotals{Commits: commits, Messages: uint64(messages), Seconds: seconds, Requests: requests, WaitSeconds: waited}
+}
+
+// histogramTotals is a histogram's observation count and sum.
+func histogramTotals(h prometheus.Histogram) (count uint64, sum float64) {
+	var out dto.Metric
+	if err := h.Write(&out); err != nil || out.Histogram == nil {
+		return 0, 0
+	}
+	return out.Histogram.GetSampleCount(), out.Histogram.GetSampleSum()
 }

@@ -1457,7 +1457,8 @@ class MessageListMode(BaseModel):
 class Metrics(BaseModel):
     """
     Process metrics snapshot of this broker since it started. `database` is absent when the
-    broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them.
+    broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them;
+    older brokers leave out `pushCommits`.
 
     """
 
@@ -1483,6 +1484,7 @@ class Metrics(BaseModel):
     admission: MetricsAdmission | None = None
     body_bytes: Annotated[MetricsBodyBytes | None, Field(alias="bodyBytes")] = None
     spool: MetricsSpool | None = None
+    push_commits: Annotated[MetricsPushCommits | None, Field(alias="pushCommits")] = None
 
 
 class MetricsAdmission(BaseModel):
@@ -1614,6 +1616,40 @@ class MetricsMessages(BaseModel):
     leases_expired: Annotated[int, Field(alias="leasesExpired")]
     """
     Partition leases that ran out before their ack, counted when a pop on this broker takes the partition over (one per partition of an expired lease); `lanes_leases_expired_total` in `/metrics/prometheus`.
+    """
+
+
+class MetricsPushCommits(BaseModel):
+    """
+    The push group commits this broker ran since it started (pushes and the spool's drain), the totals of the `lanes_push_commit_*` series in `/metrics/prometheus`. `seconds` over the uptime, divided by `committers`, is the share of the time the committers were busy: near 1, pushes queue for their commits and throughput is bound by the commits' round trips.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    committers: Annotated[int, Field(ge=1)]
+    """
+    Group commits that may run at once (`LANES_PUSH_COMMITTERS`).
+    """
+    commits: Annotated[int, Field(ge=0)]
+    """
+    Group commits run, each answered once whether it stored its messages or failed.
+    """
+    messages: Annotated[int, Field(ge=0)]
+    """
+    Messages the commits took (items of the push requests each gathered).
+    """
+    seconds: Annotated[float, Field(ge=0.0)]
+    """
+    The commits' durations added up, each from its start to its answer, retries included.
+    """
+    requests: Annotated[int, Field(ge=0)]
+    """
+    Push requests (and drain batches) the commits took.
+    """
+    wait_seconds: Annotated[float, Field(alias="waitSeconds", ge=0.0)]
+    """
+    The requests' waits for their commit to start, added up; over `requests`, the mean wait.
     """
 
 
