@@ -156,7 +156,12 @@ func (h *harness) doOnce(ctx context.Context, method, path string, body []byte, 
 	return status, nil
 }
 
-func (h *harness) queue(name string) string { return fmt.Sprintf("bench-%s-%d", name, h.runID) }
+func (h *harness) queue(name string) string {
+	if h.round > 1 { // a repeated scenario's later rounds start on fresh queues, so no id is a duplicate
+		return fmt.Sprintf("bench-%s-%d-r%d", name, h.runID, h.round)
+	}
+	return fmt.Sprintf("bench-%s-%d", name, h.runID)
+}
 
 // pushItems pushes items and counts the queued ones; any other status is an error.
 func (h *harness) pushItems(ctx context.Context, items []pushItem) (int, error) {

@@ -173,4 +173,13 @@ func TestQueueNamesCarryTheRunID(t *testing.T) {
 	if got := h.queue("push-b1"); got != "bench-push-b1-42" {
 		t.Fatalf("queue = %q", got)
 	}
+	// and every round of a repeated scenario after the first, so its ids are not duplicates
+	h.round = 1
+	if got := h.queue("push-b1"); got != "bench-push-b1-42" {
+		t.Fatalf("first round's queue = %q", got)
+	}
+	h.round = 2
+	if got := h.queue("push-b1"); got != "bench-push-b1-42-r2" {
+		t.Fatalf("second round's queue = %q", got)
+	}
 }

@@ -108,6 +108,29 @@ func TestLanesScenariosAgainstARealBroker(t *testing.T) {
 			t.Errorf("push round-trip latency %v", r.LatencyMs)
 		}
 	})
+	t.Run("rounds", func(t *testing.T) {
+		// Each round after the first runs on fresh queues: a second push round
+		// reusing the first's queues and ids would be answered "duplicate".
+		// Rounds 2 and 3 here, so the other subtests' queues stay theirs.
+		for _, scenario := range []string{"push-b1", "consume-queue"} {
+			rs, err := runRounds(2, func(round int) { h.round = round + 1; h.prepareScenario(t.Context()) }, func() ([]Result, error) {
+				if scenario == "push-b1" {
+					r, err := h.pushScenario("push-b1", 4, 1)
+					return []Result{r}, err
+				}
+				r, err := h.consumeScenario("consume-queue", 0, 2, 2, 150)
+				return []Result{r}, err
+			})
+			if len(rs) != 1 {
+				t.Fatalf("%s: two rounds gave %d results (%v)", scenario, len(rs), err)
+			}
+			checkResult(t, rs[0], err, scenario)
+			if len(rs[0].Rounds) != 2 || rs[0].Rounds[0].MsgPerSec <= 0 || rs[0].Rounds[1].MsgPerSec <= 0 {
+				t.Errorf("%s: rounds %+v, want two with traffic", scenario, rs[0].Rounds)
+			}
+		}
+		h.round = 0
+	})
 	t.Run("consume-queue", func(t *testing.T) {
 		h.prepareScenario(t.Context())
 		r, err := h.consumeScenario("consume-queue", 0, 2, 2, 150)

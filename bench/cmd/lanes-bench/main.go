@@ -60,14 +60,17 @@ type options struct {
 	dbLocale     string
 	parked       int
 	parkedGroups int
+	rounds       int
 }
 
 // harness holds what every scenario shares.
 type harness struct {
-	o          options
-	root       string
-	http       *fasthttp.Client
-	runID      int64
+	o     options
+	root  string
+	http  *fasthttp.Client
+	runID int64
+	// round counts the rounds of the scenario running (-rounds), from 1.
+	round      int
 	broker     *broker
 	brokerURL  string
 	pgPID      int
@@ -139,6 +142,7 @@ func main() {
 	flag.BoolVar(&o.settle, "settle", true, "run CHECKPOINT before each scenario and between a scenario's bulk setup and its window, so the dirty buffers and WAL that earlier work leaves are written out before a window measures, not during it (-settle=false: each window inherits the writes before it)")
 	flag.BoolVar(&o.analyze, "analyze", true, "run ANALYZE in the broker's database before each scenario, as autovacuum would on a running system (fresh tables have no planner statistics; -analyze=false shows the cold-start plans)")
 	flag.StringVar(&o.dbLocale, "db-locale", "", "create the run's databases with this collation and character type (e.g. en_US.UTF-8, the locale most installed clusters have; default: the cluster's, C for the harness's own)")
+	flag.IntVar(&o.rounds, "rounds", 1, "run every scenario this many times in a row and report its median round, with each round's figure and the losses and error answers of all rounds (profiles are the last round's)")
 	flag.StringVar(&o.brokerRev, "broker-rev", "", "what the broker binary was built from, for the report (default: this checkout's HEAD and whether server/ is dirty)")
 	flag.Parse()
 	if o.duration == 0 {
@@ -167,6 +171,9 @@ func main() {
 			}
 			o.scenarios[s] = true
 		}
+	}
+	if o.rounds < 1 {
+		fatalf("-rounds must be 1 or more, not %d", o.rounds)
 	}
 	for _, p := range strings.Split(partitions, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
@@ -300,17 +307,33 @@ func (h *harness) run() int {
 		run.Results = append(run.Results, r)
 		printResult(r)
 	}
+	// repeat runs a scenario's windows o.rounds times and adds each of its
+	// results as the median of its rounds (runRounds).
+	repeat := func(name string, f func() ([]Result, error)) {
+		rs, err := runRounds(o.rounds, func(round int) {
+			h.round = round
+			if o.rounds > 1 {
+				logf("scenario %s, round %d of %d (load %.2f)", name, round, o.rounds, loadAvg())
+			} else {
+				logf("scenario %s (load %.2f)", name, loadAvg())
+			}
+			h.prepareScenario(ctx)
+		}, f)
+		for _, r := range rs {
+			add(r, err)
+		}
+	}
 	step := func(name string, f func() (Result, error)) {
 		if !o.scenarios[name] {
 			return
 		}
-		logf("scenario %s (load %.2f)", name, loadAvg())
-		h.prepareScenario(ctx)
-		r, err := f()
-		if r.Scenario == "" {
-			r.Scenario, r.System = name, systemOf(name)
-		}
-		add(r, err)
+		repeat(name, func() ([]Result, error) {
+			r, err := f()
+			if r.Scenario == "" {
+				r.Scenario, r.System = name, systemOf(name)
+			}
+			return []Result{r}, err
+		})
 	}
 	step("ceiling-b100", func() (Result, error) { return h.ceilingScenario("ceiling-b100", 8, 100, false) })
 	step("ceiling-b1", func() (Result, error) { return h.ceilingScenario("ceiling-b1", 64, 1, false) })
@@ -331,21 +354,20 @@ func (h *harness) run() int {
 	}
 	step("latency-parked", func() (Result, error) { return h.latencyScenario(o.rates[0], o.parked, o.parkedGroups) })
 	if o.scenarios["wake"] {
-		logf("scenario wake (load %.2f)", loadAvg())
-		h.prepareScenario(ctx)
-		leased, autoAck, err := h.wakeScenarios()
-		add(leased, err)
-		add(autoAck, err)
+		repeat("wake", func() ([]Result, error) {
+			leased, autoAck, err := h.wakeScenarios()
+			return []Result{leased, autoAck}, err
+		})
 	}
 	if o.scenarios["parts"] {
 		for _, n := range o.partitions {
-			logf("scenario parts-%d (load %.2f)", n, loadAvg())
-			h.prepareScenario(ctx)
-			r, err := h.partitionScenario(n)
-			if r.Scenario == "" {
-				r.Scenario, r.System, r.Partitions = fmt.Sprintf("parts-%d", n), "lanes", n
-			}
-			add(r, err)
+			repeat(fmt.Sprintf("parts-%d", n), func() ([]Result, error) {
+				r, err := h.partitionScenario(n)
+				if r.Scenario == "" {
+					r.Scenario, r.System, r.Partitions = fmt.Sprintf("parts-%d", n), "lanes", n
+				}
+				return []Result{r}, err
+			})
 		}
 	}
 	step("txn", h.txnScenario)

@@ -377,6 +377,9 @@ func markdown(run *Run) string {
 				fmt.Fprintf(&b, ", a push waiting %.2f ms for its commit on average", r.PushWaitSeconds*1000/float64(r.PushWaits))
 			}
 		}
+		if text := roundsText(r); text != "" {
+			fmt.Fprintf(&b, " — %s", text)
+		}
 		fmt.Fprintf(&b, " — pg_stat_database commits/s %.0f (flushed by backends about once a second)", r.PGCommitsPerSec)
 		if r.WALBytes > 0 && r.Messages > 0 {
 			fmt.Fprintf(&b, " — WAL %.0f bytes/msg (%s → %s)", float64(r.WALBytes)/float64(r.Messages), r.WALStartLSN, r.WALEndLSN)

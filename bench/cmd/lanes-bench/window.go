@@ -100,6 +100,9 @@ type Result struct {
 	Ratio   float64 `json:"ratio,omitempty"`
 	// Profiles are the files of the broker's CPU and allocation profiles over the window.
 	Profiles []string `json:"profiles,omitempty"`
+	// Rounds holds each round's figures when the scenario ran more than once
+	// (-rounds); the result is then the median round (combineRounds).
+	Rounds []RoundFigure `json:"rounds,omitempty"`
 }
 
 // window measures resource use between begin and end: broker and PostgreSQL
