@@ -70,13 +70,38 @@ func throughputRows(rs []Result) []throughputRow {
 		{"pop+ack 10 groups", msgRate(rs, "consume-fanout", "lanes"), 0, 0},
 		{"produce+consume", msgRate(rs, "shared", "lanes"), 0, msgRate(rs, "shared", "river")},
 	}
+	scenarios := []string{"push-b1", "push-b100", "consume-queue", "consume-fanout", "shared"}
 	var rows []throughputRow
-	for _, r := range all {
+	for i, r := range all {
 		if r.lanes > 0 {
+			if lanes := find(rs, scenarios[i], "lanes"); lanes != nil {
+				r.label += roundsRange(lanes.Rounds)
+			}
 			rows = append(rows, r)
 		}
 	}
 	return rows
+}
+
+// roundsRange is a bar label's second line under -rounds: the Lanes bar is
+// the median round, and the line gives the lowest and highest round.
+func roundsRange(rounds []RoundFigure) string {
+	if len(rounds) < 2 {
+		return ""
+	}
+	lo, hi := rounds[0].MsgPerSec, rounds[0].MsgPerSec
+	for _, f := range rounds[1:] {
+		lo, hi = min(lo, f.MsgPerSec), max(hi, f.MsgPerSec)
+	}
+	return fmt.Sprintf("\n%d rounds %s–%s", len(rounds), shortRate(lo), shortRate(hi))
+}
+
+// shortRate writes a rate in thousands: 15.2k, 149k.
+func shortRate(v float64) string {
+	if v >= 100000 {
+		return fmt.Sprintf("%.0fk", v/1000)
+	}
+	return fmt.Sprintf("%.1fk", v/1000)
 }
 
 // throughputChart: Lanes per scenario beside its PostgreSQL ceiling and River.

@@ -83,6 +83,26 @@ func TestThroughputRowsLeaveOutFailedScenarios(t *testing.T) {
 	}
 }
 
+// Under -rounds a Lanes bar is the median round; its label gives the spread.
+func TestThroughputRowsNameTheRoundsSpread(t *testing.T) {
+	pushed := combineRounds([]Result{
+		{Scenario: "push-b1", System: "lanes", Available: true, MsgPerSec: 15908},
+		{Scenario: "push-b1", System: "lanes", Available: true, MsgPerSec: 15181},
+		{Scenario: "push-b1", System: "lanes", Available: true, MsgPerSec: 16944},
+	})
+	once := Result{Scenario: "push-b100", System: "lanes", Available: true, MsgPerSec: 148978}
+	rows := throughputRows(append(yardsticks(), pushed, once))
+	if len(rows) != 2 || rows[0].label != "push b1×64\n3 rounds 15.2k–16.9k" || rows[0].lanes != 15908 {
+		t.Errorf("rows %+v: want push-b1's median bar labelled with its rounds' range", rows)
+	}
+	if len(rows) == 2 && rows[1].label != "push b100×8" {
+		t.Errorf("a scenario run once is labelled %q, want no range", rows[1].label)
+	}
+	if err := writeCharts(&Run{Results: append(yardsticks(), pushed, once)}, t.TempDir()); err != nil {
+		t.Errorf("charts with a two-line label: %v", err)
+	}
+}
+
 func TestThroughputChartKeepsTheOuterBarsOfTheEndGroups(t *testing.T) {
 	// River's bar sits right of the last group's tick and the Lanes bar left of
 	// the first one's: the X range must reach past both ticks or they are cut.
