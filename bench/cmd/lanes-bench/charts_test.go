@@ -93,10 +93,10 @@ func TestThroughputRowsNameTheRoundsSpread(t *testing.T) {
 	once := Result{Scenario: "push-b100", System: "lanes", Available: true, MsgPerSec: 148978}
 	rows := throughputRows(append(yardsticks(), pushed, once))
 	if len(rows) != 2 || rows[0].label != "push b1×64\n3 rounds 15.2k–16.9k" || rows[0].lanes != 15908 {
-		t.Errorf("rows %+v: want push-b1's median bar labelled with its rounds' range", rows)
+		t.Errorf("rows %+v: want push-b1's median bar labeled with its rounds' range", rows)
 	}
 	if len(rows) == 2 && rows[1].label != "push b100×8" {
-		t.Errorf("a scenario run once is labelled %q, want no range", rows[1].label)
+		t.Errorf("a scenario run once is labeled %q, want no range", rows[1].label)
 	}
 	if err := writeCharts(&Run{Results: append(yardsticks(), pushed, once)}, t.TempDir()); err != nil {
 		t.Errorf("charts with a two-line label: %v", err)
