@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -61,39 +62,27 @@ type throughputRow struct {
 }
 
 // throughputRows are the throughput chart's groups: the scenarios that ran
-// and succeeded, since a failed one is no 0 msg/s.
+// and succeeded, since a failed one is no 0 msg/s. Under -rounds a Lanes bar
+// is the median round, and its label's second line gives the lowest and
+// highest round.
 func throughputRows(rs []Result) []throughputRow {
-	all := []throughputRow{
-		{"push b1×64", msgRate(rs, "push-b1", "lanes"), msgRate(rs, "ceiling-b1", "postgres"), 0},
-		{"push b100×8", msgRate(rs, "push-b100", "lanes"), msgRate(rs, "ceiling-b100", "postgres"), 0},
-		{"pop+ack queue", msgRate(rs, "consume-queue", "lanes"), msgRate(rs, "ceiling-b100", "postgres"), 0},
-		{"pop+ack 10 groups", msgRate(rs, "consume-fanout", "lanes"), 0, 0},
-		{"produce+consume", msgRate(rs, "shared", "lanes"), 0, msgRate(rs, "shared", "river")},
-	}
-	scenarios := []string{"push-b1", "push-b100", "consume-queue", "consume-fanout", "shared"}
 	var rows []throughputRow
-	for i, r := range all {
-		if r.lanes > 0 {
-			if lanes := find(rs, scenarios[i], "lanes"); lanes != nil {
-				r.label += roundsRange(lanes.Rounds)
-			}
-			rows = append(rows, r)
+	add := func(label, scenario string, ceiling, river float64) {
+		lanes := find(rs, scenario, "lanes")
+		if lanes == nil || lanes.MsgPerSec <= 0 {
+			return
 		}
+		if vals, _ := roundValues(*lanes); len(vals) > 1 {
+			label += fmt.Sprintf("\n%d rounds %s–%s", len(vals), shortRate(slices.Min(vals)), shortRate(slices.Max(vals)))
+		}
+		rows = append(rows, throughputRow{label, lanes.MsgPerSec, ceiling, river})
 	}
+	add("push b1×64", "push-b1", msgRate(rs, "ceiling-b1", "postgres"), 0)
+	add("push b100×8", "push-b100", msgRate(rs, "ceiling-b100", "postgres"), 0)
+	add("pop+ack queue", "consume-queue", msgRate(rs, "ceiling-b100", "postgres"), 0)
+	add("pop+ack 10 groups", "consume-fanout", 0, 0)
+	add("produce+consume", "shared", 0, msgRate(rs, "shared", "river"))
 	return rows
-}
-
-// roundsRange is a bar label's second line under -rounds: the Lanes bar is
-// the median round, and the line gives the lowest and highest round.
-func roundsRange(rounds []RoundFigure) string {
-	if len(rounds) < 2 {
-		return ""
-	}
-	lo, hi := rounds[0].MsgPerSec, rounds[0].MsgPerSec
-	for _, f := range rounds[1:] {
-		lo, hi = min(lo, f.MsgPerSec), max(hi, f.MsgPerSec)
-	}
-	return fmt.Sprintf("\n%d rounds %s–%s", len(rounds), shortRate(lo), shortRate(hi))
 }
 
 // shortRate writes a rate in thousands: 15.2k, 149k.

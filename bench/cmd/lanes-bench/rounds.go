@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -29,7 +30,7 @@ func runRounds(rounds int, prepare func(round int), f func() ([]Result, error)) 
 		if err != nil {
 			if rounds > 1 {
 				for i := range rs {
-					rs[i].Note = strings.TrimSuffix(fmt.Sprintf("round %d of %d; %s", round, rounds, rs[i].Note), "; ")
+					rs[i].Note = roundNote(round, rounds, rs[i].Note)
 				}
 			}
 			return rs, err
@@ -74,7 +75,7 @@ func combineRounds(rounds []Result) Result {
 	}
 	for i, r := range rounds {
 		if !r.Available {
-			r.Note = strings.TrimSuffix(fmt.Sprintf("round %d of %d; %s", i+1, len(rounds), r.Note), "; ")
+			r.Note = roundNote(i+1, len(rounds), r.Note)
 			return r
 		}
 	}
@@ -103,21 +104,41 @@ func combineRounds(rounds []Result) Result {
 	return out
 }
 
+// roundNote names the failed round in its result's note.
+func roundNote(round, rounds int, note string) string {
+	return strings.TrimSuffix(fmt.Sprintf("round %d of %d; %s", round, rounds, note), "; ")
+}
+
+// roundValues is each round's figure of a combined result, in the order they
+// ran, in the unit roundFigure ranks it by; none for a result of one round.
+func roundValues(r Result) ([]float64, string) {
+	_, unit := roundFigure(r)
+	if len(r.Rounds) < 2 {
+		return nil, unit
+	}
+	vals := make([]float64, len(r.Rounds))
+	for i, f := range r.Rounds {
+		switch unit {
+		case "tx/s":
+			vals[i] = f.TxPerSec
+		case "msg/s":
+			vals[i] = f.MsgPerSec
+		default:
+			vals[i] = f.P99Ms
+		}
+	}
+	return vals, unit
+}
+
 // roundsText describes a combined result's rounds for the report's details:
 // each round's figure in the order they ran, and their spread.
 func roundsText(r Result) string {
-	if len(r.Rounds) < 2 {
+	vals, unit := roundValues(r)
+	if vals == nil {
 		return ""
 	}
-	figures := make([]string, len(r.Rounds))
-	lo, hi := 0.0, 0.0
-	_, unit := roundFigure(r)
-	for i, f := range r.Rounds {
-		v, _ := roundFigure(Result{System: r.System, MsgPerSec: f.MsgPerSec, TxPerSec: f.TxPerSec, LatencyMs: map[string]float64{"p99": f.P99Ms}})
-		if i == 0 || v < lo {
-			lo = v
-		}
-		hi = max(hi, v)
+	figures := make([]string, len(vals))
+	for i, v := range vals {
 		if unit == "ms p99" {
 			figures[i] = fmt.Sprintf("%.1f", v)
 		} else {
@@ -125,9 +146,9 @@ func roundsText(r Result) string {
 		}
 	}
 	spread := ""
-	if hi > 0 {
-		spread = fmt.Sprintf(", the lowest %.0f%% of the highest", 100*lo/hi)
+	if hi := slices.Max(vals); hi > 0 {
+		spread = fmt.Sprintf(", the lowest %.0f%% of the highest", 100*slices.Min(vals)/hi)
 	}
 	return fmt.Sprintf("%d rounds, in order: %s %s%s; the median round is shown, with the losses and error answers of all rounds added up",
-		len(r.Rounds), strings.Join(figures, " / "), unit, spread)
+		len(vals), strings.Join(figures, " / "), unit, spread)
 }
