@@ -90,6 +90,13 @@ func (s *Server) registerGauges() {
 		nil, func() float64 { return float64(s.engine.HotPathStats().HandOffsContinued) })
 	m.Counter("lanes_leases_expired_total", "Partition leases that ran out before their ack, counted when a claim on this broker takes the partition over (one per partition of a pop's lease).",
 		nil, func() float64 { return float64(s.engine.LeasesExpired()) })
+	for to, count := range map[string]func() uint64{
+		"hot":   func() uint64 { hot, _ := s.engine.SessionSwitches(); return hot },
+		"plain": func() uint64 { _, plain := s.engine.SessionSwitches(); return plain },
+	} {
+		m.Counter("lanes_db_session_switches_total", "Pooled connections whose session was switched, in a round trip, to the push, pop and ack planner settings (to=hot) or back to PostgreSQL's defaults for another statement (to=plain).",
+			prometheus.Labels{"to": to}, func() float64 { return float64(count()) })
+	}
 	m.Counter("lanes_push_unprobed_conflicts_total", "Push writes that skipped the dedup probe, met a stored transaction id and ran again probed.",
 		nil, func() float64 { return float64(s.engine.HotPathStats().UnprobedPushConflicts) })
 	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))

@@ -211,7 +211,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 	if !ok {
 		return false, nil
 	}
-	tx, done, err := e.acquireTx(ctx)
+	tx, done, err := e.acquireHotTx(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -220,7 +220,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 	var released, matched bool
 	var lastOffset int64
 	b := &pgx.Batch{}
-	e.beginAck(b)
+	e.beginAck(tx, b)
 	b.Queue(ackOneTripSQL, ack.args()...).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&released, &lastOffset)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -229,7 +229,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 		matched = err == nil
 		return err
 	})
-	ho := e.queueAckCommit(b, ack)
+	ho := e.queueAckCommit(tx, b, ack)
 	if err := ho.send(ctx, e, tx, b); err != nil {
 		return false, err
 	}
@@ -258,12 +258,12 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 // lease or an expired one, which at-least-once allows. What a durable commit
 // after it depends on is flushed with it: WAL is flushed in order. A broker
 // crash loses nothing here: the commit is PostgreSQL's, not the broker's.
-func (e *Engine) beginAck(b *pgx.Batch) {
+func (e *Engine) beginAck(tx *connTx, b *pgx.Batch) {
 	if e.cfg.AckSyncCommit {
-		beginHot(b)
+		tx.beginHot(b)
 		return
 	}
-	beginHotNoFlushWait(b)
+	tx.beginHotNoFlushWait(b)
 }
 
 // ackPipelined runs one ack request in two round trips: (begin, lock the
@@ -276,13 +276,13 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 	if plan.empty() {
 		return nil
 	}
-	tx, done, err := e.acquireTx(ctx)
+	tx, done, err := e.acquireHotTx(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
 	b := &pgx.Batch{}
-	e.beginAck(b)
+	e.beginAck(tx, b)
 	plan.queueReads(b)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err

@@ -14,17 +14,30 @@ import (
 type connTx struct {
 	conn *pgxpool.Conn
 	open bool
+	// hotSession: the session holds the hot planner settings (acquireHotTx).
+	hotSession bool
 }
 
 // acquireTx takes a pooled connection for a transaction begun and committed
-// inside pipelined batches; done rolls back what an error left open and hands
-// the connection back.
+// inside pipelined batches, under PostgreSQL's default planner settings; done
+// rolls back what an error left open and hands the connection back.
 func (e *Engine) acquireTx(ctx context.Context) (tx *connTx, done func(), err error) {
-	conn, err := e.pool.Acquire(ctx)
+	return e.acquireTxIn(ctx, sessionPlain)
+}
+
+// acquireHotTx is acquireTx for a push, pop or ack transaction (beginHot): on
+// a pool set up by ConfigurePool its session holds the hot planner settings
+// already, so the transaction need not send them.
+func (e *Engine) acquireHotTx(ctx context.Context) (tx *connTx, done func(), err error) {
+	return e.acquireTxIn(ctx, sessionHot)
+}
+
+func (e *Engine) acquireTxIn(ctx context.Context, mode sessionMode) (tx *connTx, done func(), err error) {
+	conn, err := e.pool.Acquire(withSessionMode(ctx, mode))
 	if err != nil {
 		return nil, nil, err
 	}
-	tx = &connTx{conn: conn}
+	tx = &connTx{conn: conn, hotSession: mode == sessionHot && e.cfg.PoolWatch != nil}
 	return tx, func() { tx.rollbackUnlessDone(); conn.Release() }, nil
 }
 
@@ -61,8 +74,9 @@ func (t *connTx) rollbackUnlessDone() {
 }
 
 // beginHot opens a push, pop or ack transaction with plans that do not
-// depend on statistics. Every statement of those paths reads by primary key or
-// index through per-row probes (LATERAL subqueries, ANY, TID), so:
+// depend on statistics (hotPlanSettingList), and says how many statements it
+// queued. Every statement of those paths reads by primary key or index through
+// per-row probes (LATERAL subqueries, ANY, TID), so:
 //   - one generic plan serves every call (PostgreSQL's default re-plans per
 //     execution whenever it estimates a custom plan cheaper; planning the claim
 //     costs ~1.2 ms against ~0.5 ms to run it);
@@ -78,27 +92,31 @@ func (t *connTx) rollbackUnlessDone() {
 //   - no JIT: a generic plan cannot see how selective the claim floor is, and
 //     its cost estimate on a queue with many partitions triggers ~100 ms of
 //     JIT compilation for a sub-millisecond query.
-func beginHot(b *pgx.Batch) {
+//
+// A session that holds them already (acquireHotTx) gets a bare BEGIN.
+func (t *connTx) beginHot(b *pgx.Batch) int {
 	b.Queue("BEGIN")
+	if t.hotSession {
+		return 1
+	}
 	b.Queue(hotPlanSettings)
+	return 2
 }
 
 // beginHotNoFlushWait is beginHot for a transaction whose commit need not wait
-// for the WAL flush (synchronous_commit off, set in the same statement): one a
-// database crash may undo because at-least-once allows it (a leased pop's,
-// a plain ack's).
-func beginHotNoFlushWait(b *pgx.Batch) {
+// for the WAL flush (synchronous_commit off): one a database crash may undo
+// because at-least-once allows it (a leased pop's, a plain ack's).
+func (t *connTx) beginHotNoFlushWait(b *pgx.Batch) {
 	b.Queue("BEGIN")
+	if t.hotSession {
+		b.Queue("SET LOCAL synchronous_commit = off")
+		return
+	}
 	b.Queue(hotPlanSettings + `, set_config('synchronous_commit', 'off', true)`)
 }
 
 // syncCommitOn makes the transaction's commit wait for the WAL flush again.
 const syncCommitOn = "SELECT set_config('synchronous_commit', 'on', true)"
-
-const hotPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-	set_config('enable_mergejoin', 'off', true), set_config('enable_memoize', 'off', true),
-	set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
 
 // dbtx is what the pop helpers need from a transaction.
 type dbtx interface {

@@ -37,13 +37,13 @@ type handOff struct {
 // that pushes nothing) and, after it, the claim for the oldest idle parked
 // pop of a queue w touched whose group has a cached claim plan. It returns
 // that hand-off, or nil when no pop qualifies.
-func (e *Engine) queueCommit(b *pgx.Batch, w *pushWrite) *handOff {
+func (e *Engine) queueCommit(tx *connTx, b *pgx.Batch, w *pushWrite) *handOff {
 	commit := b.Queue("COMMIT")
 	if w == nil {
 		return nil
 	}
 	for queue, parts := range w.touched {
-		if ho := e.queueHandOff(b, commit, queue, parts, "", nil); ho != nil {
+		if ho := e.queueHandOff(tx, b, commit, queue, parts, "", nil); ho != nil {
 			return ho
 		}
 	}
@@ -55,7 +55,7 @@ func (e *Engine) queueCommit(b *pgx.Batch, w *pushWrite) *handOff {
 // waiting), the claim for the oldest idle parked pop of the group that may
 // take that partition. The pop the ack would wake claims in the ack's round
 // trip instead.
-func (e *Engine) queueAckCommit(b *pgx.Batch, a indexedAck) *handOff {
+func (e *Engine) queueAckCommit(tx *connTx, b *pgx.Batch, a indexedAck) *handOff {
 	commit := b.Queue("COMMIT")
 	if !a.endsFullBacklog {
 		return nil
@@ -64,7 +64,7 @@ func (e *Engine) queueAckCommit(b *pgx.Batch, a indexedAck) *handOff {
 	if a.onlyPartition {
 		cont = &a
 	}
-	return e.queueHandOff(b, commit, a.queue, []string{a.partitionName}, a.group, cont)
+	return e.queueHandOff(tx, b, commit, a.queue, []string{a.partitionName}, a.group, cont)
 }
 
 // continueLeaseSQL leases the next batch of one partition to a parked pop of
@@ -153,7 +153,7 @@ func (e *Engine) continues(a *indexedAck, req *PopRequest) bool {
 // queueHandOff takes the oldest idle parked pop of queue that a write to
 // partitions may serve (of group only, when group is set) and whose group has
 // a cached claim plan, and queues its claim after commit.
-func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, queue string, partitions []string, group string, after *indexedAck) *handOff {
+func (e *Engine) queueHandOff(tx *connTx, b *pgx.Batch, commit *pgx.QueuedQuery, queue string, partitions []string, group string, after *indexedAck) *handOff {
 	if e.popsArePaused() {
 		return nil
 	}
@@ -175,7 +175,7 @@ func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, queue strin
 		ho.writeCommitted = true
 		return nil
 	})
-	beginPop(b, &ho.req)
+	beginPop(tx, b, &ho.req)
 	if e.continues(after, &ho.req) {
 		ho.continued = true
 		b.Queue(continueLeaseSQL, after.partition, ho.req.Group, int64(ho.req.Batch), int32(ho.req.LeaseSeconds),

@@ -27,7 +27,9 @@ func (e *Engine) ExtendLease(ctx context.Context, leaseID string, seconds int) (
 	if !isUUID(leaseID) {
 		return out, nil // not a lease this broker could have issued
 	}
-	err := e.pool.QueryRow(ctx, `WITH renewed AS (
+	// Any session will do (an index probe by lease id either way): consumers
+	// renew every few seconds, and must not switch hot sessions back and forth.
+	err := e.pool.QueryRow(withSessionMode(ctx, sessionAny), `WITH renewed AS (
 			UPDATE lanes.consumers
 			SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2))
 			WHERE lease_id = $1::uuid AND lease_expires_at > now()

@@ -42,17 +42,39 @@ func newEngineOn(t testing.TB, dsn string) *Engine {
 	return newEngineOnWith(t, dsn, Config{}, nil)
 }
 
-// newEngineOnWith is newEngineWith on the database of dsn.
+// newEngineOnWith is newEngineWith on the database of dsn, its pool set up as
+// the broker's (ConfigurePool) unless engineCfg brings a PoolWatch.
 func newEngineOnWith(t testing.TB, dsn string, engineCfg Config, session map[string]string) *Engine {
+	t.Helper()
+	cfg := poolConfig(t, dsn, 20)
+	for k, v := range session {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	if engineCfg.PoolWatch == nil {
+		engineCfg.PoolWatch = ConfigurePool(cfg)
+	}
+	return newEngineOnPool(t, cfg, engineCfg)
+}
+
+// newUnwatchedEngine is newEngine on a pool ConfigurePool did not set up.
+func newUnwatchedEngine(t testing.TB) *Engine {
+	t.Helper()
+	return newEngineOnPool(t, poolConfig(t, testDSN, 20), Config{})
+}
+
+func poolConfig(t testing.TB, dsn string, maxConns int32) *pgxpool.Config {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range session {
-		cfg.ConnConfig.RuntimeParams[k] = v
-	}
-	cfg.MaxConns = 20
+	cfg.MaxConns = maxConns
+	return cfg
+}
+
+// newEngineOnPool starts an engine on a pool of cfg, closed when t ends.
+func newEngineOnPool(t testing.TB, cfg *pgxpool.Config, engineCfg Config) *Engine {
+	t.Helper()
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -340,7 +340,8 @@ func (n *notifier) flush() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := n.e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, notifyPayload(n.e.brokerID, batch)); err != nil {
+	// Any session will do: a pg_notify per push commit must not switch a hot one.
+	if _, err := n.e.pool.Exec(withSessionMode(ctx, sessionAny), "SELECT pg_notify($1, $2)", notifyChannel, notifyPayload(n.e.brokerID, batch)); err != nil {
 		// Other brokers' parked pops still find the messages at their next re-check.
 		n.failures.Failed(err)
 		return

@@ -47,7 +47,9 @@ func TestListenerBackoffStartsOverAfterAReconnect(t *testing.T) {
 	if withoutStartOver >= listenReconnectMax {
 		t.Fatalf("the backoff caps at %v before loss %d: too few doublings to tell a start over apart", listenReconnectMax, losses)
 	}
-	e := newEngine(t)
+	// Unwatched: listenerPID finds the listener by its last statement, LISTEN,
+	// and a PoolWatch has it read the server's start time after that.
+	e := newUnwatchedEngine(t)
 	pid := listenerPID(t, e, 0)
 	for i := 1; i <= losses; i++ {
 		lost := time.Now()

@@ -17,10 +17,11 @@ import (
 // carry that zone's offset (-05:00) where every other time on the wire is UTC.
 // A uuid.UUID parameter is sent as its 16 bytes (encodeUUIDParams).
 // Each new connection also reads when its server started, and the pool's
-// open connections are kept in a list the engine can cut off (openConns);
-// pass the returned PoolWatch in the engine's Config.
+// open connections are kept in a list the engine can cut off (openConns),
+// with the planner settings each one's session holds (sessionMode); pass the
+// returned PoolWatch in the engine's Config.
 func ConfigurePool(cfg *pgxpool.Config) *PoolWatch {
-	watch := &PoolWatch{conns: openConns{conns: map[*pgx.Conn]struct{}{}}}
+	watch := &PoolWatch{conns: openConns{conns: map[*pgx.Conn]bool{}}}
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		conn.TypeMap().RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID,
@@ -38,6 +39,20 @@ func ConfigurePool(cfg *pgxpool.Config) *PoolWatch {
 		}
 		watch.conns.opened(conn)
 		return nil
+	}
+	// A PrepareConn set before runs first. (pgx ignores a BeforeAcquire
+	// once PrepareConn is set; the broker sets neither.)
+	nextPrepare := cfg.PrepareConn
+	cfg.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
+		if nextPrepare != nil {
+			if ok, err := nextPrepare(ctx, conn); !ok || err != nil {
+				return ok, err
+			}
+		}
+		if err := watch.conns.fitSession(ctx, conn); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	nextBeforeClose := cfg.BeforeClose
 	cfg.BeforeClose = func(conn *pgx.Conn) {
@@ -72,13 +87,16 @@ type PoolWatch struct {
 // a request whose statement waits on a silent host would hold its connection
 // until its deadline (30 s; a pop's claim 60 s).
 type openConns struct {
-	mu    sync.Mutex
-	conns map[*pgx.Conn]struct{}
+	mu sync.Mutex
+	// conns says of each open connection whether its session holds the hot
+	// planner settings (sessionHot).
+	conns    map[*pgx.Conn]bool
+	switches sessionSwitches
 }
 
 func (o *openConns) opened(conn *pgx.Conn) {
 	o.mu.Lock()
-	o.conns[conn] = struct{}{}
+	o.conns[conn] = false
 	o.mu.Unlock()
 }
 

@@ -567,12 +567,12 @@ var errStalePopPlan = errors.New("cached pop plan is stale")
 // the flush, the lease is lost and the batch redelivers sooner, which
 // at-least-once allows. An autoAck pop moves the cursor, so it keeps the
 // durable commit.
-func beginPop(b *pgx.Batch, req *PopRequest) {
+func beginPop(tx *connTx, b *pgx.Batch, req *PopRequest) {
 	if req.AutoAck {
-		beginHot(b)
+		tx.beginHot(b)
 		return
 	}
-	beginHotNoFlushWait(b)
+	tx.beginHotNoFlushWait(b)
 }
 
 // popOnce runs one pop transaction: in one round trip on the plan the last pop
@@ -604,7 +604,7 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 // still holds (the group registered, seeded to the queue's partition version,
 // no seek or group delete since); otherwise it fails with errStalePopPlan.
 func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueue) (*PopResult, error) {
-	tx, done, err := e.acquireTx(ctx)
+	tx, done, err := e.acquireHotTx(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -618,7 +618,7 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 	leaseID := newLeaseID(req)
 	var d delivery
 	b := &pgx.Batch{}
-	beginPop(b, req)
+	beginPop(tx, b, req)
 	e.queueClaimAndCommit(b, req, []*popQueue{&plan}, leaseID, true, &d)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		if hasSQLState(err, stalePopPlanCode) {
@@ -636,7 +636,7 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 // seeding cursors if it must, the claim statement and the commit.
 func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, error) {
 	generation := e.popPlans.currentGeneration()
-	tx, done, err := e.acquireTx(ctx)
+	tx, done, err := e.acquireHotTx(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -645,7 +645,7 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 	var queues []*popQueue
 	var contact popContact
 	b := &pgx.Batch{}
-	beginPop(b, req)
+	beginPop(tx, b, req)
 	queuePopContact(b, req, &contact)
 	queuePopQueues(b, req, &queues)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {

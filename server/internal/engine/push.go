@@ -427,18 +427,18 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	// A replay needs the identity probe, so it never bets its ids are new.
 	w.unprobed = w.knownIDs != nil && !w.replays && time.Now().UnixNano() > e.unprobedPausedUntil.Load()
 
-	tx, done, err := e.acquireTx(ctx)
+	tx, done, err := e.acquireHotTx(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
 
 	b := &pgx.Batch{}
-	beginHot(b)
+	begun := tx.beginHot(b)
 	if w.unprobed && w.fitsOneTrip() {
 		// One round trip: nothing in the write depends on what the lock reads.
 		w.queueOneTrip(b)
-		ho := e.queueCommit(b, w)
+		ho := e.queueCommit(tx, b, w)
 		if err := ho.send(ctx, e, tx, b); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode {
@@ -454,7 +454,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	br := tx.SendBatch(ctx, b)
 	err = func() error {
 		defer br.Close()
-		for range 2 { // BEGIN, SET LOCAL
+		for range begun {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
@@ -467,7 +467,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	tx.open = true
 	b = &pgx.Batch{}
 	w.queueWrites(b)
-	ho := e.queueCommit(b, w)
+	ho := e.queueCommit(tx, b, w)
 	if err := ho.send(ctx, e, tx, b); err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 // SystemFlag reads a boolean switch from lanes.system_state (shared by every
 // broker on the database); a missing row is false.
 func (e *Engine) SystemFlag(ctx context.Context, key string) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(withSessionMode(ctx, sessionAny), 2*time.Second) // a key probe in any session
 	defer cancel()
 	var raw []byte
 	err := e.pool.QueryRow(ctx, `SELECT value FROM lanes.system_state WHERE key = $1`, key).Scan(&raw)

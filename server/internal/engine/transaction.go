@@ -216,14 +216,14 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 		w.unprobed = true
 	}
 
-	tx, release, err := e.acquireTx(ctx)
+	tx, release, err := e.acquireHotTx(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer release()
 	tx.open = true // begun by the batch below, which commits it too
 	b := &pgx.Batch{}
-	beginHot(b)
+	tx.beginHot(b)
 	if w != nil {
 		w.queueOneTrip(b)
 	}
@@ -238,7 +238,7 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 			return row.Scan(&matched, &released, &lastOffset)
 		})
 	}
-	ho := e.queueCommit(b, w)
+	ho := e.queueCommit(tx, b, w)
 	if err := ho.send(ctx, e, tx, b); err != nil {
 		switch {
 		case hasSQLState(err, partitionGoneCode):
@@ -436,7 +436,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 	if acks != nil {
 		acks.queueWrites(b)
 	}
-	ho := e.queueCommit(b, w)
+	ho := e.queueCommit(tx, b, w)
 	if err := ho.send(ctx, e, tx, b); err != nil {
 		return err
 	}
